@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, then integration tests against a private
+# PostgreSQL that the harness (tests/support) starts and removes by itself.
+# Requirements (installed by .ci/run on a fresh machine): PostgreSQL server
+# binaries on `pg_config --bindir`, the OS user `postgres` when run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
+command -v pg_config >/dev/null || { echo "pg_config not found: install postgresql (server) first, e.g. apt-get install postgresql" >&2; exit 1; }
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  echo "running as root needs an OS user 'postgres' (initdb refuses root): useradd --system postgres" >&2
+  exit 1
+fi
+exec cargo test --all-targets "$@"

@@ -1,0 +1,179 @@
+//! Command-line interface: the raw arguments, as clap parses them.
+//!
+//! Owns flag names, environment twins (`PGOUTBOX_<NAME>`), defaults and help text.
+//! Nothing here is validated beyond what clap does; [`crate::config`] turns these
+//! into a validated configuration, and no clap type is used past it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Stream a PostgreSQL transactional outbox through logical replication.
+///
+/// pgoutbox reads inserted outbox rows from a `pgoutput` logical replication stream
+/// (publication filtered to the outbox tables) in commit order.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pgoutbox",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print decoded outbox events to stdout as they commit, one JSON object per line.
+    ///
+    /// Needs no Kafka. By default reads through a temporary replication slot that
+    /// disappears when tail exits, so no persistent slot or confirmed LSN is touched;
+    /// only events committed after tail starts are shown. Logs go to stderr.
+    ///
+    /// Example: pgoutbox tail --database-url postgres://app@localhost/shop --limit 10
+    Tail(TailArgs),
+    /// Create the publication and the replication slot if they are missing.
+    ///
+    /// Idempotent: existing objects are checked, never altered. With --print-sql,
+    /// only prints the SQL a DBA would run.
+    Setup(SetupArgs),
+}
+
+/// Where the outbox lives.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// PostgreSQL connection string: a libpq URL (postgres://user:pass@host:5432/db?sslmode=require)
+    /// or key=value pairs. Unset parts fall back to PGHOST, PGPORT, PGUSER, PGPASSWORD,
+    /// PGDATABASE, PGSSLMODE, PGSSLROOTCERT and ~/.pgpass, like psql.
+    #[arg(
+        long,
+        env = "PGOUTBOX_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
+
+    /// Publication that carries the outbox tables (created FOR TABLE … WITH (publish = 'insert')
+    /// when missing).
+    #[arg(
+        long,
+        env = "PGOUTBOX_PUBLICATION",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub publication: String,
+
+    /// Outbox table as schema.table; repeat the flag (or comma-separate the env var) for several.
+    #[arg(
+        long = "table",
+        env = "PGOUTBOX_TABLE",
+        value_delimiter = ',',
+        default_value = "public.outbox",
+        value_name = "SCHEMA.TABLE"
+    )]
+    pub tables: Vec<String>,
+}
+
+/// How rows become records.
+#[derive(Debug, Clone, Args)]
+pub struct RoutingArgs {
+    /// Column whose value fills ${routedByValue} in the topic template (Debezium route.by.field).
+    #[arg(
+        long,
+        env = "PGOUTBOX_ROUTE_BY_FIELD",
+        default_value = "aggregate_type",
+        value_name = "COLUMN"
+    )]
+    pub route_by_field: String,
+
+    /// Topic name template, Debezium syntax (route.topic.replacement).
+    #[arg(
+        long,
+        env = "PGOUTBOX_TOPIC_TEMPLATE",
+        default_value = "outbox.event.${routedByValue}",
+        value_name = "TEMPLATE"
+    )]
+    pub topic_template: String,
+}
+
+/// `pgoutbox tail`.
+#[derive(Debug, Clone, Args)]
+pub struct TailArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    /// Output format: one JSON object per line, or a readable block per event.
+    #[arg(long, value_enum, default_value_t = TailFormat::Json)]
+    pub format: TailFormat,
+
+    /// Exit after printing this many events.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+
+    /// Read an existing slot instead of a temporary one: shows its backlog from
+    /// confirmed_flush_lsn on, and never confirms anything (the slot does not move).
+    /// Deliberately has no environment twin, so a production PGOUTBOX_SLOT never
+    /// leaks into a debugging session.
+    #[arg(long, value_name = "NAME")]
+    pub slot: Option<String>,
+}
+
+/// Output format of `tail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TailFormat {
+    /// One JSON object per line (for jq and scripts).
+    Json,
+    /// A block per event, for humans.
+    Pretty,
+}
+
+/// `pgoutbox setup`.
+#[derive(Debug, Clone, Args)]
+pub struct SetupArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Replication slot the relay consumes.
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub slot: String,
+
+    /// Only print the SQL (publication first, then slot); change nothing.
+    #[arg(long)]
+    pub print_sql: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tables_repeat_and_default() {
+        let cli = Cli::try_parse_from(["pgoutbox", "tail"]).unwrap();
+        let Command::Tail(t) = cli.command else {
+            panic!()
+        };
+        assert_eq!(t.source.tables, vec!["public.outbox"]);
+        let cli =
+            Cli::try_parse_from(["pgoutbox", "tail", "--table", "a.b", "--table", "c"]).unwrap();
+        let Command::Tail(t) = cli.command else {
+            panic!()
+        };
+        assert_eq!(t.source.tables, vec!["a.b", "c"]);
+    }
+}

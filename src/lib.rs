@@ -1,0 +1,21 @@
+//! pgoutbox: a relay that streams a PostgreSQL transactional outbox through logical
+//! replication (`pgoutput`).
+//!
+//! # Layout
+//! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
+//! - [`config`]: validated configuration; no clap type goes past it.
+//! - [`secret`]: a string that never prints (passwords).
+//! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
+//!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
+//!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`].
+//! - [`outbox`]: row → event ([`outbox::event`]) and topic rules ([`outbox::routing`]).
+//! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
+//! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
+
+pub mod cli;
+pub mod config;
+pub mod outbox;
+pub mod pg;
+pub mod secret;
+pub mod setup;
+pub mod tail;

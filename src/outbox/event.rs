@@ -1,0 +1,225 @@
+//! Outbox row → [`OutboxEvent`].
+//!
+//! Owns the column mapping (which column holds the event id, the routing value, the
+//! key, the type, the payload and the timestamp) and its resolution against the
+//! columns of a pgoutput `Relation`. Values stay as zero-copy `Bytes` slices of the
+//! replication message in PostgreSQL text format.
+//!
+//! Invariants: a mapping is resolved once per Relation message (so a changed table
+//! definition is picked up when PostgreSQL resends the Relation); a mapped column
+//! missing from the table is an error naming the table, the column and the columns
+//! that do exist; a row never panics the mapping, whatever its values.
+
+use bytes::Bytes;
+
+use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
+
+/// Which column carries which part of the event. Defaults are the table of
+/// `sql/outbox.sql` (Debezium's outbox columns in snake case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMapping {
+    /// Event id (Debezium `table.field.event.id`), header `id`.
+    pub id: String,
+    /// Aggregate type; reported as `aggregate_type`.
+    pub aggregate_type: String,
+    /// The column whose value fills `${routedByValue}` (Debezium `route.by.field`).
+    pub route_by: String,
+    /// Record key (Debezium `table.field.event.key`).
+    pub key: String,
+    /// Event type, header `event_type`.
+    pub event_type: String,
+    /// Record value (Debezium `table.field.event.payload`).
+    pub payload: String,
+    /// Record timestamp (Debezium `table.field.event.timestamp`); optional in the table.
+    pub timestamp: String,
+}
+
+impl Default for ColumnMapping {
+    fn default() -> Self {
+        Self {
+            id: "id".into(),
+            aggregate_type: "aggregate_type".into(),
+            route_by: "aggregate_type".into(),
+            key: "aggregate_id".into(),
+            event_type: "event_type".into(),
+            payload: "payload".into(),
+            timestamp: "created_at".into(),
+        }
+    }
+}
+
+/// A mapped column is not in the table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("outbox table {table} has no column {column:?} (mapped as {role}); columns are: {available}; fix: map {role} to an existing column or add the column")]
+pub struct MissingColumn {
+    /// `schema.table`.
+    pub table: String,
+    /// The missing column name.
+    pub column: String,
+    /// What the column was mapped as (`payload`, `key`, …).
+    pub role: &'static str,
+    /// Comma-separated existing columns.
+    pub available: String,
+}
+
+/// Column positions of a mapping in one relation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedMapping {
+    id: usize,
+    aggregate_type: Option<usize>,
+    route_by: usize,
+    key: usize,
+    event_type: Option<usize>,
+    payload: usize,
+    timestamp: Option<usize>,
+}
+
+impl ColumnMapping {
+    /// Find every mapped column in `relation`. id, route, key and payload are
+    /// required; aggregate type, event type and timestamp may be absent.
+    pub fn resolve(&self, relation: &Relation) -> Result<ResolvedMapping, MissingColumn> {
+        let find = |name: &str| relation.columns.iter().position(|c| c.name == name);
+        let require = |name: &str, role: &'static str| {
+            find(name).ok_or_else(|| MissingColumn {
+                table: format!("{}.{}", relation.namespace, relation.name),
+                column: name.to_owned(),
+                role,
+                available: relation
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        };
+        Ok(ResolvedMapping {
+            id: require(&self.id, "id")?,
+            aggregate_type: find(&self.aggregate_type),
+            route_by: require(&self.route_by, "route-by field")?,
+            key: require(&self.key, "key")?,
+            event_type: find(&self.event_type),
+            payload: require(&self.payload, "payload")?,
+            timestamp: find(&self.timestamp),
+        })
+    }
+}
+
+/// One outbox row, its values in PostgreSQL text format (`None` = SQL NULL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    /// Event id.
+    pub id: Option<Bytes>,
+    /// Aggregate type.
+    pub aggregate_type: Option<Bytes>,
+    /// Value that fills the topic template.
+    pub route_value: Option<Bytes>,
+    /// Record key.
+    pub key: Option<Bytes>,
+    /// Event type.
+    pub event_type: Option<Bytes>,
+    /// Payload text (JSON for `jsonb`/`json` columns).
+    pub payload: Option<Bytes>,
+    /// Timestamp text, e.g. `2026-11-29 13:09:37.123456+00`.
+    pub timestamp: Option<Bytes>,
+}
+
+impl ResolvedMapping {
+    /// Extract the event from an inserted tuple.
+    pub fn event(&self, tuple: &TupleData) -> OutboxEvent {
+        let value = |idx: usize| match tuple.0.get(idx) {
+            Some(ColumnValue::Text(b) | ColumnValue::Binary(b)) => Some(b.clone()),
+            _ => None,
+        };
+        let optional = |idx: Option<usize>| idx.and_then(value);
+        OutboxEvent {
+            id: value(self.id),
+            aggregate_type: optional(self.aggregate_type),
+            route_value: value(self.route_by),
+            key: value(self.key),
+            event_type: optional(self.event_type),
+            payload: value(self.payload),
+            timestamp: optional(self.timestamp),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::pgoutput::RelationColumn;
+
+    fn relation(cols: &[&str]) -> Relation {
+        Relation {
+            xid: None,
+            id: 1,
+            namespace: "public".into(),
+            name: "outbox".into(),
+            replica_identity: Default::default(),
+            columns: cols
+                .iter()
+                .map(|c| RelationColumn {
+                    flags: 0,
+                    name: (*c).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn default_mapping_extracts_every_field() {
+        let rel = relation(&[
+            "id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+            "created_at",
+        ]);
+        let m = ColumnMapping::default().resolve(&rel).unwrap();
+        let t = |s: &'static str| ColumnValue::Text(Bytes::from_static(s.as_bytes()));
+        let tuple = TupleData(vec![
+            t("e1"),
+            t("order"),
+            t("42"),
+            t("created"),
+            t("{}"),
+            ColumnValue::Null,
+        ]);
+        let ev = m.event(&tuple);
+        assert_eq!(ev.id.as_deref(), Some(&b"e1"[..]));
+        assert_eq!(ev.route_value.as_deref(), Some(&b"order"[..]));
+        assert_eq!(ev.key.as_deref(), Some(&b"42"[..]));
+        assert_eq!(ev.payload.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(ev.timestamp, None);
+    }
+
+    #[test]
+    fn missing_column_names_table_and_alternatives() {
+        let rel = relation(&["id", "aggregate_type", "aggregate_id", "body"]);
+        let err = ColumnMapping::default().resolve(&rel).unwrap_err();
+        assert_eq!(err.column, "payload");
+        let text = err.to_string();
+        assert!(text.contains("public.outbox"), "{text}");
+        assert!(
+            text.contains("id, aggregate_type, aggregate_id, body"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn short_tuple_gives_nulls_not_panics() {
+        let rel = relation(&[
+            "id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ]);
+        let m = ColumnMapping::default().resolve(&rel).unwrap();
+        let ev = m.event(&TupleData(vec![]));
+        assert_eq!(ev.id, None);
+        assert_eq!(ev.payload, None);
+    }
+}

@@ -1,0 +1,379 @@
+//! Catalog helpers on an ordinary (non-replication) SQL connection.
+//!
+//! Owns the SQL that inspects and creates the publication and the replication slot,
+//! and the one place that opens a tokio-postgres connection with the same TLS rules
+//! as the replication connection. Keeping catalog queries off the replication
+//! connection means a slow catalog query can never delay a keepalive reply.
+//!
+//! Invariants: `ensure_*` functions are idempotent — they create what is missing,
+//! accept what exists and matches, and fail with the exact SQL to run when what
+//! exists does not match or when the role lacks the privilege to create it. They
+//! never drop or alter an existing object.
+
+use std::fmt;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Client;
+
+use crate::pg::conninfo::ConnInfo;
+use crate::pg::lsn::Lsn;
+use crate::pg::replication::quote_ident;
+use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
+
+/// Errors from catalog operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// Could not connect.
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        target: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// TLS configuration failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A query failed.
+    #[error("{context}: {source}")]
+    Query {
+        context: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// An outbox table does not exist.
+    #[error("outbox table {table} does not exist; fix: create it (see sql/outbox.sql) or pass the right --table")]
+    MissingTable { table: TableName },
+    /// The role may not create the publication.
+    #[error("role {role:?} may not create publication {publication:?} ({reason}); fix: have an owner of the tables run: {sql}")]
+    PublicationPermission {
+        role: String,
+        publication: String,
+        reason: String,
+        sql: String,
+    },
+    /// The publication exists but does not publish every outbox table.
+    #[error("publication {publication:?} exists but does not include {missing}; fix: run: ALTER PUBLICATION {ident} ADD TABLE {missing}")]
+    PublicationIncomplete {
+        publication: String,
+        ident: String,
+        missing: String,
+    },
+    /// A slot of that name exists with another plugin or kind.
+    #[error("replication slot {slot:?} exists but is a {kind} slot with plugin {plugin:?}, not a pgoutput logical slot; fix: choose another --slot or drop it with SELECT pg_drop_replication_slot('{slot}')")]
+    SlotMismatch {
+        slot: String,
+        kind: String,
+        plugin: String,
+    },
+    /// The slot does not exist.
+    #[error("replication slot {slot:?} does not exist; fix: run `pgoutbox setup --slot {slot}` or omit --slot to use a temporary slot")]
+    MissingSlot { slot: String },
+}
+
+/// A schema-qualified table name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableName {
+    /// Schema (default `public`).
+    pub schema: String,
+    /// Table.
+    pub name: String,
+}
+
+impl TableName {
+    /// Parse `schema.table` or `table` (schema `public`). Names are taken literally
+    /// (case-sensitive), as they appear in `pg_class`; surrounding double quotes are removed.
+    pub fn parse(text: &str) -> Option<Self> {
+        let unquote = |s: &str| {
+            let s = s.trim();
+            let s = s
+                .strip_prefix('"')
+                .and_then(|s| s.strip_suffix('"'))
+                .unwrap_or(s);
+            (!s.is_empty()).then(|| s.to_owned())
+        };
+        match text.split_once('.') {
+            Some((schema, name)) => Some(Self {
+                schema: unquote(schema)?,
+                name: unquote(name)?,
+            }),
+            None => Some(Self {
+                schema: "public".to_owned(),
+                name: unquote(text)?,
+            }),
+        }
+    }
+
+    /// `"schema"."name"` for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+/// Open an ordinary SQL connection (TLS per `sslmode`); the connection task runs in
+/// the background until the client is dropped.
+pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
+    let config = info.to_tokio_postgres();
+    let target = info.redacted();
+    let connected = match tls::client_config(info)? {
+        Some(tls) => config
+            .connect(MakeRustlsConnect::new(tls))
+            .await
+            .map(|(client, conn)| {
+                tokio::spawn(async move {
+                    if let Err(err) = conn.await {
+                        tracing::debug!(error = %err, "catalog connection ended");
+                    }
+                });
+                client
+            }),
+        None => config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map(|(client, conn)| {
+                tokio::spawn(async move {
+                    if let Err(err) = conn.await {
+                        tracing::debug!(error = %err, "catalog connection ended");
+                    }
+                });
+                client
+            }),
+    };
+    connected.map_err(|source| CatalogError::Connect { target, source })
+}
+
+fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
+    let context = context.into();
+    move |source| CatalogError::Query { context, source }
+}
+
+/// The SQL that creates the publication for `tables`, insert-only.
+pub fn create_publication_sql(publication: &str, tables: &[TableName]) -> String {
+    let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
+    format!(
+        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+        quote_ident(publication),
+        list.join(", ")
+    )
+}
+
+/// What `ensure_*` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// The object was created now.
+    Created,
+    /// It already existed and matches.
+    Existed,
+}
+
+/// Create the publication when missing; when present, check it covers every table.
+pub async fn ensure_publication(
+    client: &Client,
+    publication: &str,
+    tables: &[TableName],
+) -> Result<Ensured, CatalogError> {
+    for table in tables {
+        let exists = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table.quoted()])
+            .await
+            .map_err(query_err(format!("checking that table {table} exists")))?;
+        if !exists.get::<_, bool>(0) {
+            return Err(CatalogError::MissingTable {
+                table: table.clone(),
+            });
+        }
+    }
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query_err(format!("looking up publication {publication}")))?
+        .is_some();
+    if exists {
+        let rows = client
+            .query(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1",
+                &[&publication],
+            )
+            .await
+            .map_err(query_err(format!(
+                "listing tables of publication {publication}"
+            )))?;
+        let published: Vec<TableName> = rows
+            .iter()
+            .map(|r| TableName {
+                schema: r.get(0),
+                name: r.get(1),
+            })
+            .collect();
+        let missing: Vec<String> = tables
+            .iter()
+            .filter(|t| !published.contains(t))
+            .map(TableName::quoted)
+            .collect();
+        if !missing.is_empty() {
+            return Err(CatalogError::PublicationIncomplete {
+                publication: publication.to_owned(),
+                ident: quote_ident(publication),
+                missing: missing.join(", "),
+            });
+        }
+        return Ok(Ensured::Existed);
+    }
+    let sql = create_publication_sql(publication, tables);
+    match client.batch_execute(&sql).await {
+        Ok(()) => {
+            tracing::info!(publication, sql = %sql, "created publication");
+            Ok(Ensured::Created)
+        }
+        // Another process created it between our check and our CREATE.
+        Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => Ok(Ensured::Existed),
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            let role = current_user(client).await.unwrap_or_default();
+            Err(CatalogError::PublicationPermission {
+                role,
+                publication: publication.to_owned(),
+                reason: e
+                    .as_db_error()
+                    .map(|d| d.message().to_owned())
+                    .unwrap_or_default(),
+                sql,
+            })
+        }
+        Err(e) => Err(query_err(format!("creating publication {publication}"))(e)),
+    }
+}
+
+async fn current_user(client: &Client) -> Option<String> {
+    client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .ok()
+        .map(|r| r.get(0))
+}
+
+/// A row of `pg_replication_slots`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// Slot name.
+    pub name: String,
+    /// Output plugin (`pgoutput`), `None` for physical slots.
+    pub plugin: Option<String>,
+    /// `logical` or `physical`.
+    pub slot_type: String,
+    /// Whether a walsender is streaming from it now.
+    pub active: bool,
+    /// That walsender's pid.
+    pub active_pid: Option<i32>,
+    /// Whether it is a temporary slot.
+    pub temporary: bool,
+    /// Oldest WAL the slot retains.
+    pub restart_lsn: Option<Lsn>,
+    /// What the consumer confirmed.
+    pub confirmed_flush_lsn: Option<Lsn>,
+    /// `reserved`, `extended`, `unreserved`, `lost` (PostgreSQL 13+).
+    pub wal_status: Option<String>,
+}
+
+/// Look up one slot by name.
+pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, CatalogError> {
+    let row = client
+        .query_opt(
+            "SELECT slot_name::text, plugin::text, slot_type::text, active, active_pid, temporary, \
+                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(query_err(format!("looking up replication slot {slot}")))?;
+    let lsn = |v: Option<String>| v.and_then(|s| s.parse().ok());
+    Ok(row.map(|r| SlotInfo {
+        name: r.get(0),
+        plugin: r.get(1),
+        slot_type: r.get(2),
+        active: r.get(3),
+        active_pid: r.get(4),
+        temporary: r.get(5),
+        restart_lsn: lsn(r.get(6)),
+        confirmed_flush_lsn: lsn(r.get(7)),
+        wal_status: r.get(8),
+    }))
+}
+
+/// Check an existing slot is a pgoutput logical slot.
+pub fn check_slot_kind(info: &SlotInfo) -> Result<(), CatalogError> {
+    if info.slot_type == "logical" && info.plugin.as_deref() == Some("pgoutput") {
+        return Ok(());
+    }
+    Err(CatalogError::SlotMismatch {
+        slot: info.name.clone(),
+        kind: info.slot_type.clone(),
+        plugin: info.plugin.clone().unwrap_or_default(),
+    })
+}
+
+/// Create a persistent `pgoutput` slot when missing.
+pub async fn ensure_slot(client: &Client, slot: &str) -> Result<Ensured, CatalogError> {
+    if let Some(info) = slot_info(client, slot).await? {
+        check_slot_kind(&info)?;
+        return Ok(Ensured::Existed);
+    }
+    match client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(slot, "created replication slot");
+            Ok(Ensured::Created)
+        }
+        Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => Ok(Ensured::Existed),
+        Err(e) => Err(query_err(format!("creating replication slot {slot}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        assert_eq!(
+            TableName::parse("outbox").unwrap(),
+            TableName {
+                schema: "public".into(),
+                name: "outbox".into()
+            }
+        );
+        let t = TableName::parse("sales.\"Order Outbox\"").unwrap();
+        assert_eq!(t.name, "Order Outbox");
+        assert_eq!(t.quoted(), "\"sales\".\"Order Outbox\"");
+        assert!(TableName::parse("").is_none());
+        assert!(TableName::parse("a.").is_none());
+    }
+
+    #[test]
+    fn publication_sql_is_insert_only() {
+        let sql = create_publication_sql(
+            "pgoutbox",
+            &[
+                TableName::parse("public.outbox").unwrap(),
+                TableName::parse("s.o2").unwrap(),
+            ],
+        );
+        assert_eq!(
+            sql,
+            "CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\", \"s\".\"o2\" WITH (publish = 'insert')"
+        );
+    }
+}

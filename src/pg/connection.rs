@@ -1,0 +1,650 @@
+//! A raw PostgreSQL frontend/backend connection: transport, startup, authentication
+//! and simple queries.
+//!
+//! Owns everything up to the point where a replication stream starts. tokio-postgres
+//! cannot be used for the replication connection (it cannot enter CopyBoth mode), so
+//! this module speaks the protocol directly with `postgres_protocol`'s codecs:
+//!
+//! ```text
+//!  TCP ─(SSLRequest → rustls, per sslmode)─ StartupMessage ─ auth (trust │ cleartext │
+//!  md5 │ SCRAM-SHA-256) ─ ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
+//! ```
+//!
+//! Invariants: every wait on the server is bounded by `connect_timeout` during
+//! startup, so a wrong password or a silent server gives an error, never a hang; an
+//! `ErrorResponse` always becomes [`PgError::Db`] with SQLSTATE, message, detail and
+//! hint; the password never appears in an error.
+//! See <https://www.postgresql.org/docs/current/protocol-flow.html>.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::backend::{ErrorFields, Message};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::pg::conninfo::{ConnInfo, Host, HostAddr, SslMode};
+use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
+use crate::pg::tls::{self, TlsError};
+
+/// Default bound on connect + TLS + authentication when `connect_timeout` is unset.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A byte stream to the server: plain TCP, TLS, or a Unix socket.
+pub trait Transport: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Transport for T {}
+
+/// An `ErrorResponse` from the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DbError {
+    /// `ERROR`, `FATAL`, `PANIC`.
+    pub severity: String,
+    /// SQLSTATE, e.g. `55006` (object in use).
+    pub code: String,
+    /// Primary message.
+    pub message: String,
+    /// Optional detail.
+    pub detail: Option<String>,
+    /// Optional hint (often the fix).
+    pub hint: Option<String>,
+}
+
+impl DbError {
+    pub(crate) fn from_fields(mut fields: ErrorFields<'_>) -> Self {
+        let mut err = DbError::default();
+        while let Ok(Some(field)) = fields.next() {
+            let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
+            match field.type_() {
+                b'V' => err.severity = value,
+                b'S' if err.severity.is_empty() => err.severity = value,
+                b'C' => err.code = value,
+                b'M' => err.message = value,
+                b'D' => err.detail = Some(value),
+                b'H' => err.hint = Some(value),
+                _ => {}
+            }
+        }
+        err
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.code)?;
+        if let Some(detail) = &self.detail {
+            write!(f, "; detail: {detail}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "; hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for DbError {}
+
+/// Errors of the raw connection.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// Socket error while doing `context`.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS setup or handshake failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The server sent an `ErrorResponse`.
+    #[error("server error: {0}")]
+    Db(#[from] DbError),
+    /// The server sent bytes that do not parse.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// Authentication cannot proceed (method unsupported, password missing, SCRAM failure).
+    #[error("authentication of user {user:?} failed: {reason}")]
+    Auth { user: String, reason: String },
+    /// The server did something the protocol does not allow at this point.
+    #[error("unexpected server message while {context}: {what}")]
+    Unexpected { context: String, what: String },
+    /// Connect and authentication took longer than `connect_timeout`.
+    #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
+    Timeout { target: String, after: Duration },
+    /// The server ended the replication stream (CopyDone).
+    #[error("server ended the replication stream")]
+    StreamEnded,
+}
+
+impl PgError {
+    /// The SQLSTATE when the server reported the error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            PgError::Db(db) => Some(&db.code),
+            _ => None,
+        }
+    }
+
+    /// Whether reconnecting and resuming from the slot may succeed: lost connections,
+    /// timeouts, server shutdown and "slot in use" are transient; authentication,
+    /// configuration, missing objects and protocol violations are definite.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PgError::Io { .. } | PgError::Timeout { .. } | PgError::StreamEnded => true,
+            PgError::Db(db) => {
+                matches!(
+                    db.code.get(..2),
+                    // 08 connection exception, 57 operator intervention (admin shutdown,
+                    // crash shutdown, cannot connect now), 53 insufficient resources.
+                    Some("08" | "57" | "53")
+                ) || db.code == "55006"
+            }
+            _ => false,
+        }
+    }
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
+    let context = context.into();
+    move |source| PgError::Io { context, source }
+}
+
+/// One row of a simple-query result; all values are text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleRow {
+    /// Column names, in order.
+    pub columns: std::sync::Arc<Vec<String>>,
+    /// Values, `None` for SQL NULL.
+    pub values: Vec<Option<String>>,
+}
+
+impl SimpleRow {
+    /// The value of column `name`, if present and not NULL.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        let idx = self.columns.iter().position(|c| c == name)?;
+        self.values.get(idx)?.as_deref()
+    }
+}
+
+/// An authenticated connection, ready for queries.
+pub struct PgConnection {
+    stream: Box<dyn Transport>,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+    params: HashMap<String, String>,
+    target: String,
+}
+
+impl PgConnection {
+    /// Connect to the first reachable host of `info` and authenticate. With
+    /// `replication` the session is a walsender (`replication=database`).
+    pub async fn connect(info: &ConnInfo, replication: bool) -> Result<Self, PgError> {
+        let timeout = info.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let mut last = None;
+        for addr in &info.hosts {
+            let target = describe(addr);
+            let attempt = tokio::time::timeout(timeout, Self::connect_one(info, addr, replication));
+            match attempt.await {
+                Ok(Ok(conn)) => return Ok(conn),
+                // A server that answered with an error is authoritative: do not try others.
+                Ok(Err(err @ (PgError::Db(_) | PgError::Auth { .. }))) => return Err(err),
+                Ok(Err(err)) => last = Some(err),
+                Err(_) => {
+                    last = Some(PgError::Timeout {
+                        target,
+                        after: timeout,
+                    })
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| PgError::Unexpected {
+            context: "connecting".into(),
+            what: "no host given".into(),
+        }))
+    }
+
+    async fn connect_one(
+        info: &ConnInfo,
+        addr: &HostAddr,
+        replication: bool,
+    ) -> Result<Self, PgError> {
+        let target = describe(addr);
+        let stream: Box<dyn Transport> = match &addr.host {
+            Host::Unix(dir) => {
+                let path = dir.join(format!(".s.PGSQL.{}", addr.port));
+                let sock = tokio::net::UnixStream::connect(&path)
+                    .await
+                    .map_err(io(format!("connecting to {target}")))?;
+                Box::new(sock)
+            }
+            Host::Tcp(host) => {
+                let tcp = TcpStream::connect((host.as_str(), addr.port))
+                    .await
+                    .map_err(io(format!("connecting to {target}")))?;
+                let _ = tcp.set_nodelay(true);
+                Self::maybe_tls(info, host, &target, tcp).await?
+            }
+        };
+        let mut conn = PgConnection {
+            stream,
+            read_buf: BytesMut::with_capacity(64 * 1024),
+            write_buf: BytesMut::new(),
+            params: HashMap::new(),
+            target,
+        };
+        conn.startup(info, replication).await?;
+        Ok(conn)
+    }
+
+    /// Negotiate TLS per sslmode: SSLRequest, then 'S' (go TLS) or 'N' (plain).
+    async fn maybe_tls(
+        info: &ConnInfo,
+        host: &str,
+        target: &str,
+        mut tcp: TcpStream,
+    ) -> Result<Box<dyn Transport>, PgError> {
+        let Some(config) = tls::client_config(info)? else {
+            return Ok(Box::new(tcp));
+        };
+        if matches!(info.sslmode, SslMode::Allow) {
+            // allow = "plain first"; plain is what we do unless the server insists.
+            return Ok(Box::new(tcp));
+        }
+        let mut req = BytesMut::new();
+        frontend::ssl_request(&mut req);
+        tcp.write_all(&req)
+            .await
+            .map_err(io(format!("sending SSLRequest to {target}")))?;
+        let answer = tcp
+            .read_u8()
+            .await
+            .map_err(io(format!("reading SSLRequest answer from {target}")))?;
+        match answer {
+            b'S' => Ok(Box::new(tls::handshake(config, host, tcp).await?)),
+            b'N' if matches!(info.sslmode, SslMode::Prefer) => Ok(Box::new(tcp)),
+            b'N' => Err(PgError::Unexpected {
+                context: format!("negotiating TLS with {target}"),
+                what: format!(
+                    "server does not support SSL but sslmode={}; fix: enable ssl on the server or use sslmode=prefer",
+                    sslmode_name(&info.sslmode)
+                ),
+            }),
+            other => Err(PgError::Unexpected {
+                context: format!("negotiating TLS with {target}"),
+                what: format!("answer byte {other:#04x} to SSLRequest"),
+            }),
+        }
+    }
+
+    async fn startup(&mut self, info: &ConnInfo, replication: bool) -> Result<(), PgError> {
+        let mut params: Vec<(&str, &str)> = vec![
+            ("user", &info.user),
+            ("database", &info.dbname),
+            ("client_encoding", "UTF8"),
+        ];
+        if replication {
+            params.push(("replication", "database"));
+        }
+        params.push((
+            "application_name",
+            info.application_name.as_deref().unwrap_or("pgoutbox"),
+        ));
+        if let Some(options) = &info.options {
+            params.push(("options", options));
+        }
+        frontend::startup_message(params.iter().copied(), &mut self.write_buf)
+            .map_err(io("encoding StartupMessage"))?;
+        self.flush().await?;
+        self.authenticate(info).await?;
+        loop {
+            match self.read_message("starting up").await? {
+                Message::ReadyForQuery(_) => return Ok(()),
+                Message::BackendKeyData(_) => {}
+                other => self.unexpected("starting up", other)?,
+            }
+        }
+    }
+
+    async fn authenticate(&mut self, info: &ConnInfo) -> Result<(), PgError> {
+        let auth_err = |reason: String| PgError::Auth {
+            user: info.user.clone(),
+            reason,
+        };
+        let password = || {
+            info.password.as_ref().map(|p| p.expose().as_bytes().to_vec()).ok_or_else(|| {
+                auth_err(format!(
+                    "the server asks for a password for user {:?} and none was given; fix: put it in the URL, PGPASSWORD or ~/.pgpass",
+                    info.user
+                ))
+            })
+        };
+        loop {
+            match self.read_message("authenticating").await? {
+                Message::AuthenticationOk => return Ok(()),
+                Message::AuthenticationCleartextPassword => {
+                    frontend::password_message(&password()?, &mut self.write_buf)
+                        .map_err(io("encoding password message"))?;
+                    self.flush().await?;
+                }
+                Message::AuthenticationMd5Password(body) => {
+                    let hash = postgres_protocol::authentication::md5_hash(
+                        info.user.as_bytes(),
+                        &password()?,
+                        body.salt(),
+                    );
+                    frontend::password_message(hash.as_bytes(), &mut self.write_buf)
+                        .map_err(io("encoding password message"))?;
+                    self.flush().await?;
+                }
+                Message::AuthenticationSasl(body) => {
+                    let mut mechanisms = body.mechanisms();
+                    let mut scram = false;
+                    while let Some(m) = mechanisms.next().map_err(io("reading SASL mechanisms"))? {
+                        scram |= m == SCRAM_SHA_256;
+                    }
+                    if !scram {
+                        return Err(auth_err("the server offers no SASL mechanism pgoutbox supports (SCRAM-SHA-256)".into()));
+                    }
+                    self.scram(&password()?).await.map_err(|e| match e {
+                        PgError::Io { source, .. } if source.kind() != std::io::ErrorKind::UnexpectedEof => {
+                            auth_err(format!("SCRAM exchange failed: {source}"))
+                        }
+                        other => other,
+                    })?;
+                }
+                Message::AuthenticationKerberosV5
+                | Message::AuthenticationScmCredential
+                | Message::AuthenticationGss
+                | Message::AuthenticationSspi => {
+                    return Err(auth_err(
+                        "the server asks for GSSAPI/SSPI/Kerberos authentication, which pgoutbox does not support; fix: use scram-sha-256 for this user in pg_hba.conf".into(),
+                    ))
+                }
+                other => self.unexpected("authenticating", other)?,
+            }
+        }
+    }
+
+    /// SCRAM-SHA-256 (RFC 5802/7677) without channel binding: we send the `n` GS2
+    /// flag, which servers accept unless `channel_binding=require` is forced.
+    async fn scram(&mut self, password: &[u8]) -> Result<(), PgError> {
+        let mut scram = ScramSha256::new(password, ChannelBinding::unsupported());
+        frontend::sasl_initial_response(SCRAM_SHA_256, scram.message(), &mut self.write_buf)
+            .map_err(io("encoding SASLInitialResponse"))?;
+        self.flush().await?;
+        match self.read_message("authenticating (SCRAM)").await? {
+            Message::AuthenticationSaslContinue(body) => scram
+                .update(body.data())
+                .map_err(io("processing SCRAM server-first message"))?,
+            other => return self.unexpected("authenticating (SCRAM)", other),
+        }
+        frontend::sasl_response(scram.message(), &mut self.write_buf)
+            .map_err(io("encoding SASLResponse"))?;
+        self.flush().await?;
+        match self.read_message("authenticating (SCRAM)").await? {
+            Message::AuthenticationSaslFinal(body) => scram
+                .finish(body.data())
+                .map_err(io("verifying SCRAM server signature")),
+            other => self.unexpected("authenticating (SCRAM)", other),
+        }
+    }
+
+    fn unexpected<T>(&self, context: &str, message: Message) -> Result<T, PgError> {
+        Err(PgError::Unexpected {
+            context: context.to_owned(),
+            what: message_name(&message).to_owned(),
+        })
+    }
+
+    /// Write out everything queued in the write buffer.
+    pub(crate) async fn flush(&mut self) -> Result<(), PgError> {
+        let target = &self.target;
+        self.stream
+            .write_all(&self.write_buf)
+            .await
+            .map_err(|source| PgError::Io {
+                context: format!("writing to {target}"),
+                source,
+            })?;
+        self.write_buf.clear();
+        self.stream
+            .flush()
+            .await
+            .map_err(io(format!("writing to {}", self.target)))
+    }
+
+    /// Read the next backend message, handling the asynchronous ones
+    /// (ParameterStatus, NoticeResponse, NotificationResponse) and turning
+    /// ErrorResponse into [`PgError::Db`].
+    pub(crate) async fn read_backend(&mut self, context: &str) -> Result<Backend, PgError> {
+        loop {
+            if let Some(backend) = parse_backend(&mut self.read_buf)? {
+                match backend {
+                    Backend::Message(Message::ErrorResponse(body)) => {
+                        return Err(PgError::Db(DbError::from_fields(body.fields())))
+                    }
+                    Backend::Message(Message::ParameterStatus(body)) => {
+                        if let (Ok(name), Ok(value)) = (body.name(), body.value()) {
+                            self.params.insert(name.to_owned(), value.to_owned());
+                        }
+                    }
+                    Backend::Message(Message::NoticeResponse(body)) => {
+                        let notice = DbError::from_fields(body.fields());
+                        tracing::debug!(notice = %notice, "server notice");
+                    }
+                    Backend::Message(Message::NotificationResponse(_)) => {}
+                    other => return Ok(other),
+                }
+                continue;
+            }
+            self.read_buf.reserve(64 * 1024);
+            let n = self
+                .stream
+                .read_buf(&mut self.read_buf)
+                .await
+                .map_err(io(format!("{context} ({})", self.target)))?;
+            if n == 0 {
+                return Err(PgError::Io {
+                    context: format!("{context} ({})", self.target),
+                    source: std::io::ErrorKind::UnexpectedEof.into(),
+                });
+            }
+        }
+    }
+
+    async fn read_message(&mut self, context: &str) -> Result<Message, PgError> {
+        match self.read_backend(context).await? {
+            Backend::Message(m) => Ok(m),
+            Backend::CopyBothResponse => Err(PgError::Unexpected {
+                context: context.to_owned(),
+                what: "CopyBothResponse".into(),
+            }),
+        }
+    }
+
+    /// Run one simple-protocol query and collect its rows (all result sets
+    /// concatenated). The error of a failed query is returned after the server is
+    /// ready again, so the connection stays usable.
+    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<SimpleRow>, PgError> {
+        frontend::query(sql, &mut self.write_buf).map_err(io("encoding Query"))?;
+        self.flush().await?;
+        let mut rows = Vec::new();
+        let mut columns = std::sync::Arc::new(Vec::new());
+        let mut failure = None;
+        loop {
+            let msg = match self.read_message("running a query").await {
+                Ok(m) => m,
+                Err(PgError::Db(db)) => {
+                    failure = Some(PgError::Db(db));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match msg {
+                Message::RowDescription(body) => {
+                    let names: Vec<String> = body
+                        .fields()
+                        .map(|f| Ok(f.name().to_owned()))
+                        .collect()
+                        .map_err(io("reading RowDescription"))?;
+                    columns = std::sync::Arc::new(names);
+                }
+                Message::DataRow(body) => {
+                    let buf = body.buffer();
+                    let values: Vec<Option<String>> = body
+                        .ranges()
+                        .map(|r| {
+                            Ok(r.and_then(|r| buf.get(r))
+                                .map(|v| String::from_utf8_lossy(v).into_owned()))
+                        })
+                        .collect()
+                        .map_err(io("reading DataRow"))?;
+                    rows.push(SimpleRow {
+                        columns: columns.clone(),
+                        values,
+                    });
+                }
+                Message::CommandComplete(_) | Message::EmptyQueryResponse => {}
+                Message::ReadyForQuery(_) => {
+                    return match failure {
+                        Some(err) => Err(err),
+                        None => Ok(rows),
+                    }
+                }
+                other => self.unexpected("running a query", other)?,
+            }
+        }
+    }
+
+    /// A server parameter reported at startup (e.g. `server_version`).
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    /// `server_version` as a number like `server_version_num` (150018 for 15.18).
+    pub fn server_version_num(&self) -> Option<u32> {
+        parse_server_version(self.parameter("server_version")?)
+    }
+
+    /// Human-readable target (`host:port`), without credentials.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Queue a `Query` message without waiting for its result.
+    pub(crate) fn queue_query(&mut self, sql: &str) -> Result<(), PgError> {
+        frontend::query(sql, &mut self.write_buf).map_err(io("encoding Query"))
+    }
+
+    /// Give up the connection: the transport and any bytes already read.
+    pub(crate) fn into_parts(self) -> (Box<dyn Transport>, BytesMut, String) {
+        (self.stream, self.read_buf, self.target)
+    }
+}
+
+fn describe(addr: &HostAddr) -> String {
+    match &addr.host {
+        Host::Tcp(h) if h.contains(':') => format!("[{h}]:{}", addr.port),
+        Host::Tcp(h) => format!("{h}:{}", addr.port),
+        Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), addr.port),
+    }
+}
+
+fn sslmode_name(mode: &SslMode) -> &'static str {
+    match mode {
+        SslMode::Disable => "disable",
+        SslMode::Allow => "allow",
+        SslMode::Prefer => "prefer",
+        SslMode::Require => "require",
+        SslMode::VerifyCa => "verify-ca",
+        SslMode::VerifyFull => "verify-full",
+    }
+}
+
+/// `"15.18 (Debian …)"` → 150018, `"16beta1"` → 160000, `"9.6.24"` → 90624.
+pub fn parse_server_version(text: &str) -> Option<u32> {
+    let digits_dots: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let mut parts = digits_dots.split('.').filter(|p| !p.is_empty());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if major >= 10 {
+        Some(major * 10000 + minor)
+    } else {
+        let patch: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        Some(major * 10000 + minor * 100 + patch)
+    }
+}
+
+fn message_name(message: &Message) -> &'static str {
+    match message {
+        Message::AuthenticationOk => "AuthenticationOk",
+        Message::BackendKeyData(_) => "BackendKeyData",
+        Message::CommandComplete(_) => "CommandComplete",
+        Message::CopyData(_) => "CopyData",
+        Message::CopyDone => "CopyDone",
+        Message::CopyInResponse(_) => "CopyInResponse",
+        Message::CopyOutResponse(_) => "CopyOutResponse",
+        Message::DataRow(_) => "DataRow",
+        Message::EmptyQueryResponse => "EmptyQueryResponse",
+        Message::ReadyForQuery(_) => "ReadyForQuery",
+        Message::RowDescription(_) => "RowDescription",
+        _ => "message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_versions_parse() {
+        assert_eq!(
+            parse_server_version("15.18 (Debian 15.18-0+deb12u1)"),
+            Some(150018)
+        );
+        assert_eq!(parse_server_version("16beta1"), Some(160000));
+        assert_eq!(parse_server_version("9.6.24"), Some(90624));
+        assert_eq!(parse_server_version("18.0"), Some(180000));
+        assert_eq!(parse_server_version("garbage"), None);
+    }
+
+    #[test]
+    fn transient_classification() {
+        let db = |code: &str| {
+            PgError::Db(DbError {
+                code: code.into(),
+                ..Default::default()
+            })
+        };
+        assert!(db("57P01").is_transient());
+        assert!(db("55006").is_transient());
+        assert!(db("08006").is_transient());
+        assert!(!db("28P01").is_transient());
+        assert!(!db("42704").is_transient());
+        assert!(PgError::StreamEnded.is_transient());
+    }
+
+    #[test]
+    fn db_error_display_has_code_detail_hint() {
+        let e = DbError {
+            severity: "ERROR".into(),
+            code: "42704".into(),
+            message: "replication slot \"x\" does not exist".into(),
+            detail: Some("d".into()),
+            hint: Some("h".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "replication slot \"x\" does not exist (SQLSTATE 42704); detail: d; hint: h"
+        );
+    }
+}

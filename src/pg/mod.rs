@@ -1,0 +1,15 @@
+//! Everything PostgreSQL: positions, wire protocol, decoder, connections, catalog.
+//!
+//! Data flow: [`connection`] (transport, TLS, auth) → [`replication`] (CopyBoth
+//! stream task, framing from [`protocol`]) → [`pgoutput`] (decoder) → caller.
+//! [`catalog`] is a separate ordinary SQL connection for publication/slot queries.
+
+pub mod catalog;
+pub mod connection;
+pub mod conninfo;
+pub mod lsn;
+pub mod pgoutput;
+pub mod protocol;
+pub mod replication;
+pub mod timestamp;
+pub mod tls;

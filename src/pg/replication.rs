@@ -1,0 +1,550 @@
+//! The logical replication connection: replication commands and the CopyBoth stream.
+//!
+//! ```text
+//!               ┌──────────────── stream task (one per stream) ────────────────┐
+//!  socket ──read──▶ parse_backend ─▶ parse_copy_data ─┬─ XLogData ─▶ pending ─▶ mpsc ─▶ caller
+//!                                                     └─ keepalive: reply now if asked
+//!  socket ◀─write── standby status update ◀── timer (min(10 s, wal_sender_timeout/2))
+//!                                          ◀── caller's `confirm` / `send_status_now`
+//! ```
+//!
+//! Invariants:
+//! - The flush LSN sent to the server is only ever what the caller passed to
+//!   [`ReplicationStream::confirm`] (starting at `0/0`, which confirms nothing), and it
+//!   never moves backwards. The connection never advances it on its own.
+//! - The socket is only read while the queue towards the caller is empty, so memory is
+//!   bounded by one read buffer even when the caller stops reading; status updates
+//!   keep flowing on the timer meanwhile, so the server never hits
+//!   `wal_sender_timeout` because of a slow consumer.
+//! - A keepalive asking for a reply is answered as soon as it is parsed.
+//!
+//! See <https://www.postgresql.org/docs/current/protocol-replication.html>.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::Instrument;
+
+use crate::pg::connection::{PgConnection, PgError, SimpleRow, Transport};
+use crate::pg::conninfo::ConnInfo;
+use crate::pg::lsn::Lsn;
+use crate::pg::protocol::{
+    encode_standby_status, parse_backend, parse_copy_data, Backend, ReplicationMessage,
+};
+use crate::pg::timestamp::now_pg_micros;
+
+/// Upper bound for the status-update interval.
+const MAX_STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// Messages queued towards the caller before the task stops reading the socket.
+const CHANNEL_CAPACITY: usize = 1024;
+/// Bytes requested per socket read.
+const READ_CHUNK: usize = 128 * 1024;
+
+/// The pgoutput protocol version to request from a server: the highest it supports
+/// (1 on PostgreSQL ≤ 13, 2 on 14, 3 on 15, 4 on 16+).
+pub fn pgoutput_proto_version(server_version_num: u32) -> u32 {
+    match server_version_num {
+        v if v >= 160000 => 4,
+        v if v >= 150000 => 3,
+        v if v >= 140000 => 2,
+        _ => 1,
+    }
+}
+
+/// Quote an identifier for a replication command (`"name"`, embedded quotes doubled).
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Quote a string literal (`'text'`, embedded quotes doubled).
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// Result of `IDENTIFY_SYSTEM`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemIdentity {
+    /// Cluster system identifier.
+    pub system_id: String,
+    /// Current timeline.
+    pub timeline: u32,
+    /// Current WAL flush position.
+    pub xlogpos: Lsn,
+    /// Database of this connection.
+    pub dbname: Option<String>,
+}
+
+/// A walsender connection (`replication=database`) before streaming starts.
+pub struct ReplicationClient {
+    conn: PgConnection,
+}
+
+impl ReplicationClient {
+    /// Connect and authenticate as a walsender.
+    pub async fn connect(info: &ConnInfo) -> Result<Self, PgError> {
+        Ok(Self {
+            conn: PgConnection::connect(info, true).await?,
+        })
+    }
+
+    /// The server's version number (e.g. 150018), 0 when it did not report one.
+    pub fn server_version_num(&self) -> u32 {
+        self.conn.server_version_num().unwrap_or(0)
+    }
+
+    /// Run a replication command or SQL statement (walsenders of
+    /// `replication=database` accept plain SQL in the simple protocol).
+    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<SimpleRow>, PgError> {
+        self.conn.simple_query(sql).await
+    }
+
+    /// `IDENTIFY_SYSTEM`.
+    pub async fn identify_system(&mut self) -> Result<SystemIdentity, PgError> {
+        let rows = self.conn.simple_query("IDENTIFY_SYSTEM").await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| unexpected("IDENTIFY_SYSTEM", "no row"))?;
+        let xlogpos = row
+            .get("xlogpos")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| unexpected("IDENTIFY_SYSTEM", "no xlogpos"))?;
+        Ok(SystemIdentity {
+            system_id: row.get("systemid").unwrap_or_default().to_owned(),
+            timeline: row
+                .get("timeline")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            xlogpos,
+            dbname: row.get("dbname").map(str::to_owned),
+        })
+    }
+
+    /// Create a `pgoutput` slot; a temporary one disappears with this connection.
+    /// Returns the consistent point: streaming from the slot starts there.
+    pub async fn create_logical_slot(
+        &mut self,
+        slot: &str,
+        temporary: bool,
+    ) -> Result<Lsn, PgError> {
+        // The pre-PostgreSQL-15 syntax, which every version from 10 to 18 accepts.
+        let sql = format!(
+            "CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput NOEXPORT_SNAPSHOT",
+            quote_ident(slot),
+            if temporary { " TEMPORARY" } else { "" }
+        );
+        let rows = self.conn.simple_query(&sql).await?;
+        rows.first()
+            .and_then(|r| r.get("consistent_point"))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| unexpected("CREATE_REPLICATION_SLOT", "no consistent_point"))
+    }
+
+    /// `wal_sender_timeout` of this session (`None` when disabled with 0).
+    pub async fn wal_sender_timeout(&mut self) -> Result<Option<Duration>, PgError> {
+        let rows = self.conn.simple_query("SHOW wal_sender_timeout").await?;
+        let text = rows
+            .first()
+            .and_then(|r| r.values.first().cloned().flatten())
+            .ok_or_else(|| unexpected("SHOW wal_sender_timeout", "no value"))?;
+        parse_pg_duration(&text)
+            .map(|d| (!d.is_zero()).then_some(d))
+            .ok_or_else(|| unexpected("SHOW wal_sender_timeout", &text))
+    }
+
+    /// `START_REPLICATION SLOT … LOGICAL start (pgoutput options)` and hand the
+    /// connection to a stream task. `start` = `0/0` resumes at the slot's
+    /// `confirmed_flush_lsn`.
+    pub async fn start_pgoutput(
+        mut self,
+        slot: &str,
+        start: Lsn,
+        publications: &[String],
+    ) -> Result<ReplicationStream, PgError> {
+        let version = self.server_version_num();
+        let status_interval = match self.wal_sender_timeout().await? {
+            Some(t) => (t / 2).min(MAX_STATUS_INTERVAL),
+            None => MAX_STATUS_INTERVAL,
+        };
+        let publication_names = publications
+            .iter()
+            .map(|p| quote_ident(p))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut options = vec![
+            format!("\"proto_version\" '{}'", pgoutput_proto_version(version)),
+            format!(
+                "\"publication_names\" {}",
+                quote_literal(&publication_names)
+            ),
+        ];
+        // `messages` (logical decoding messages) exists since PostgreSQL 14; older
+        // servers reject unknown options. Streaming and two_phase stay off: the relay
+        // wants whole committed transactions only.
+        if version >= 140000 {
+            options.push("\"messages\" 'true'".to_owned());
+        }
+        let sql = format!(
+            "START_REPLICATION SLOT {} LOGICAL {} ({})",
+            quote_ident(slot),
+            start,
+            options.join(", ")
+        );
+        self.conn.queue_query(&sql)?;
+        self.conn.flush().await?;
+        loop {
+            match self.conn.read_backend("starting replication").await {
+                Ok(Backend::CopyBothResponse) => break,
+                Ok(Backend::Message(Message::ReadyForQuery(_))) => {
+                    return Err(unexpected(
+                        "START_REPLICATION",
+                        "ReadyForQuery before CopyBothResponse",
+                    ))
+                }
+                Ok(_) => {}
+                // The connection is dropped on error, so the ReadyForQuery that
+                // follows an ErrorResponse need not be read.
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ReplicationStream::spawn(self.conn, slot, status_interval))
+    }
+}
+
+fn unexpected(context: &str, what: &str) -> PgError {
+    PgError::Unexpected {
+        context: context.to_owned(),
+        what: what.to_owned(),
+    }
+}
+
+/// Parse a `SHOW` duration such as `60s`, `2500ms`, `1min`, `1h`, `0`.
+pub fn parse_pg_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "min" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        "d" => n.checked_mul(86_400_000)?,
+        _ => return None,
+    };
+    Some(Duration::from_millis(ms))
+}
+
+/// State shared between the caller and the stream task.
+struct Feedback {
+    /// The flush LSN the caller confirmed (monotonic).
+    flush: AtomicU64,
+    /// Wakes the task to send a status update right away.
+    wake: Notify,
+    /// Standby status updates sent so far (observability and tests).
+    sent: AtomicU64,
+}
+
+enum Command {
+    Close(oneshot::Sender<Result<(), PgError>>),
+}
+
+/// A running logical replication stream. Dropping it closes the connection.
+pub struct ReplicationStream {
+    events: mpsc::Receiver<Result<ReplicationMessage, PgError>>,
+    feedback: Arc<Feedback>,
+    commands: mpsc::Sender<Command>,
+    status_interval: Duration,
+}
+
+impl ReplicationStream {
+    fn spawn(conn: PgConnection, slot: &str, status_interval: Duration) -> Self {
+        let (transport, read_buf, target) = conn.into_parts();
+        let (reader, writer) = tokio::io::split(transport);
+        let (tx, events) = mpsc::channel(CHANNEL_CAPACITY);
+        let (commands, command_rx) = mpsc::channel(1);
+        let feedback = Arc::new(Feedback {
+            flush: AtomicU64::new(0),
+            wake: Notify::new(),
+            sent: AtomicU64::new(0),
+        });
+        let task = StreamTask {
+            reader,
+            writer,
+            read_buf,
+            write_buf: BytesMut::with_capacity(64),
+            pending: VecDeque::new(),
+            tx,
+            commands: command_rx,
+            feedback: feedback.clone(),
+            target,
+        };
+        let span = tracing::info_span!("replication_stream", slot = %slot);
+        tokio::spawn(task.run(status_interval).instrument(span));
+        Self {
+            events,
+            feedback,
+            commands,
+            status_interval,
+        }
+    }
+
+    /// The next XLogData or keepalive. `None` after the stream ended (the error that
+    /// ended it, if any, was returned first).
+    pub async fn recv(&mut self) -> Option<Result<ReplicationMessage, PgError>> {
+        self.events.recv().await
+    }
+
+    /// Confirm everything up to `lsn` as flushed. Never moves backwards: a lower value
+    /// than one already confirmed is ignored. Sent with the next status update.
+    pub fn confirm(&self, lsn: Lsn) {
+        self.feedback.flush.fetch_max(lsn.0, Ordering::AcqRel);
+    }
+
+    /// The flush LSN that status updates currently carry.
+    pub fn confirmed(&self) -> Lsn {
+        Lsn(self.feedback.flush.load(Ordering::Acquire))
+    }
+
+    /// Send a status update now instead of waiting for the timer.
+    pub fn send_status_now(&self) {
+        self.feedback.wake.notify_one();
+    }
+
+    /// How many standby status updates the connection has sent.
+    pub fn status_updates_sent(&self) -> u64 {
+        self.feedback.sent.load(Ordering::Relaxed)
+    }
+
+    /// The interval of timer-driven status updates.
+    pub fn status_interval(&self) -> Duration {
+        self.status_interval
+    }
+
+    /// Send a final status update, end the stream (CopyDone, Terminate) and close.
+    pub async fn close(self) -> Result<(), PgError> {
+        let (reply, done) = oneshot::channel();
+        if self.commands.send(Command::Close(reply)).await.is_err() {
+            return Ok(()); // the task already ended
+        }
+        done.await.unwrap_or(Ok(()))
+    }
+}
+
+/// What woke the stream task.
+enum Event {
+    Command(Option<Command>),
+    CallerGone,
+    StatusDue,
+    Forwarded,
+    Read(std::io::Result<()>),
+}
+
+/// The task that owns the socket while streaming.
+struct StreamTask {
+    reader: ReadHalf<Box<dyn Transport>>,
+    writer: WriteHalf<Box<dyn Transport>>,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+    /// Parsed messages not yet handed to the caller; the socket is not read while
+    /// this is non-empty.
+    pending: VecDeque<ReplicationMessage>,
+    tx: mpsc::Sender<Result<ReplicationMessage, PgError>>,
+    commands: mpsc::Receiver<Command>,
+    feedback: Arc<Feedback>,
+    target: String,
+}
+
+impl StreamTask {
+    async fn run(mut self, status_interval: Duration) {
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + status_interval,
+            status_interval,
+        );
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Bytes that arrived together with CopyBothResponse.
+        if let Err(err) = self.parse_frames().await {
+            let _ = self.tx.send(Err(err)).await;
+            return;
+        }
+        let result = loop {
+            let step = self.step(&mut ticker).await;
+            match step {
+                Ok(true) => continue,
+                Ok(false) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+        };
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "replication stream ended");
+            let _ = self.tx.send(Err(err)).await;
+        }
+    }
+
+    /// One turn of the loop; `Ok(false)` ends the task.
+    async fn step(&mut self, ticker: &mut tokio::time::Interval) -> Result<bool, PgError> {
+        let feedback = self.feedback.clone();
+        let has_pending = !self.pending.is_empty();
+        let event = tokio::select! {
+            biased;
+            // PRIORITY 1: the caller closes the stream.
+            command = self.commands.recv() => Event::Command(command),
+            // PRIORITY 2: the caller is gone.
+            _ = self.tx.closed() => Event::CallerGone,
+            // PRIORITY 3: status updates, on request and on the timer; these must flow
+            // even when the caller is not reading.
+            _ = feedback.wake.notified() => Event::StatusDue,
+            _ = ticker.tick() => Event::StatusDue,
+            // PRIORITY 4: hand parsed messages to the caller.
+            permit = self.tx.reserve(), if has_pending => match permit {
+                Ok(permit) => {
+                    if let Some(message) = self.pending.pop_front() {
+                        permit.send(Ok(message));
+                    }
+                    Event::Forwarded
+                }
+                Err(_) => Event::CallerGone,
+            },
+            // PRIORITY 5: read more from the server, only when nothing is queued.
+            read = read_more(&mut self.reader, &mut self.read_buf), if !has_pending => Event::Read(read),
+        };
+        match event {
+            Event::Command(Some(Command::Close(reply))) => {
+                let _ = reply.send(self.finish().await);
+                Ok(false)
+            }
+            Event::Command(None) | Event::CallerGone => Ok(false),
+            Event::StatusDue => self.send_status().await.map(|()| true),
+            Event::Forwarded => Ok(true),
+            Event::Read(read) => {
+                read.map_err(|source| PgError::Io {
+                    context: format!("reading replication stream from {}", self.target),
+                    source,
+                })?;
+                self.parse_frames().await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Parse every complete frame in the read buffer; answer keepalives now.
+    async fn parse_frames(&mut self) -> Result<(), PgError> {
+        while let Some(backend) = parse_backend(&mut self.read_buf)? {
+            let message = match backend {
+                Backend::Message(Message::CopyData(body)) => parse_copy_data(body.into_bytes())?,
+                Backend::Message(Message::CopyDone) => return Err(PgError::StreamEnded),
+                Backend::Message(Message::ErrorResponse(body)) => {
+                    return Err(PgError::Db(crate::pg::connection::DbError::from_fields(
+                        body.fields(),
+                    )))
+                }
+                Backend::Message(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {
+                    continue
+                }
+                _ => {
+                    return Err(unexpected("streaming", "a non-CopyData message"));
+                }
+            };
+            if let ReplicationMessage::PrimaryKeepalive {
+                reply_requested: true,
+                ..
+            } = message
+            {
+                self.send_status().await?;
+            }
+            self.pending.push_back(message);
+        }
+        Ok(())
+    }
+
+    async fn send_status(&mut self) -> Result<(), PgError> {
+        let flush = Lsn(self.feedback.flush.load(Ordering::Acquire));
+        encode_standby_status(
+            flush,
+            flush,
+            flush,
+            now_pg_micros(),
+            false,
+            &mut self.write_buf,
+        );
+        self.write_out().await?;
+        self.feedback.sent.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(flush = %flush, "sent standby status update");
+        Ok(())
+    }
+
+    async fn write_out(&mut self) -> Result<(), PgError> {
+        let result = async {
+            self.writer.write_all(&self.write_buf).await?;
+            self.writer.flush().await
+        }
+        .await;
+        self.write_buf.clear();
+        result.map_err(|source| PgError::Io {
+            context: format!("writing to replication stream of {}", self.target),
+            source,
+        })
+    }
+
+    /// Final status update, then CopyDone and Terminate: the server records the flush
+    /// position before it sees the connection end.
+    async fn finish(&mut self) -> Result<(), PgError> {
+        self.send_status().await?;
+        frontend::copy_done(&mut self.write_buf);
+        frontend::terminate(&mut self.write_buf);
+        self.write_out().await?;
+        let _ = self.writer.shutdown().await;
+        Ok(())
+    }
+}
+
+async fn read_more(
+    reader: &mut ReadHalf<Box<dyn Transport>>,
+    buf: &mut BytesMut,
+) -> std::io::Result<()> {
+    buf.reserve(READ_CHUNK);
+    match reader.read_buf(buf).await? {
+        0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proto_version_by_server() {
+        assert_eq!(pgoutput_proto_version(130012), 1);
+        assert_eq!(pgoutput_proto_version(140000), 2);
+        assert_eq!(pgoutput_proto_version(150018), 3);
+        assert_eq!(pgoutput_proto_version(160000), 4);
+        assert_eq!(pgoutput_proto_version(180001), 4);
+    }
+
+    #[test]
+    fn durations_from_show() {
+        assert_eq!(parse_pg_duration("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(
+            parse_pg_duration("2500ms"),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(parse_pg_duration("1min"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_pg_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_pg_duration("1 fortnight"), None);
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+    }
+}

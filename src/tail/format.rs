@@ -1,0 +1,201 @@
+//! Rendering of tail events: JSON lines and a human-readable block.
+//!
+//! Owns the output schema of `pgoutbox tail` (a stable interface: scripts parse it).
+//! Invariant: a `jsonb`/`json` payload is embedded verbatim (byte-identical to
+//! `payload::text`), never re-serialized; a payload that is not valid JSON (e.g. a
+//! `text` column) is emitted as a JSON string instead, so every line is valid JSON.
+
+use std::io::Write;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::outbox::event::OutboxEvent;
+use crate::outbox::routing::TopicTemplate;
+use crate::pg::catalog::TableName;
+use crate::pg::lsn::Lsn;
+use crate::pg::timestamp::to_rfc3339;
+
+/// Everything tail knows about one inserted outbox row.
+pub struct TailEvent<'a> {
+    /// WAL position of the row's change record.
+    pub lsn: Lsn,
+    /// Commit LSN of its transaction.
+    pub commit_lsn: Lsn,
+    /// Transaction id.
+    pub xid: u32,
+    /// Commit time, µs since 2000-01-01.
+    pub commit_time: i64,
+    /// Source table.
+    pub table: &'a TableName,
+    /// Operation (`insert`).
+    pub op: &'a str,
+    /// The mapped row.
+    pub event: &'a OutboxEvent,
+    /// Template to compute the topic `run` would use.
+    pub template: &'a TopicTemplate,
+}
+
+/// A payload either embedded as JSON or, when not JSON, as a string.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Payload<'a> {
+    Json(&'a RawValue),
+    Text(&'a str),
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    lsn: String,
+    commit_lsn: String,
+    xid: u32,
+    commit_time: String,
+    table: String,
+    op: &'a str,
+    id: Option<&'a str>,
+    aggregate_type: Option<&'a str>,
+    aggregate_id: Option<&'a str>,
+    event_type: Option<&'a str>,
+    topic: Option<String>,
+    key: Option<&'a str>,
+    created_at: Option<&'a str>,
+    payload: Option<Payload<'a>>,
+}
+
+fn text(value: &Option<bytes::Bytes>) -> Option<&str> {
+    value
+        .as_deref()
+        .map(|b| std::str::from_utf8(b).unwrap_or("<invalid utf-8>"))
+}
+
+fn topic(ev: &TailEvent<'_>) -> Option<String> {
+    if ev.template.uses_value() {
+        text(&ev.event.route_value).map(|v| ev.template.render(v))
+    } else {
+        Some(ev.template.render(""))
+    }
+}
+
+fn payload<'a>(raw: Option<&'a str>) -> Option<Payload<'a>> {
+    let raw = raw?;
+    Some(match serde_json::from_str::<&RawValue>(raw) {
+        Ok(json) => Payload::Json(json),
+        Err(_) => Payload::Text(raw),
+    })
+}
+
+/// Write one JSON line.
+pub fn write_json(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<()> {
+    let e = ev.event;
+    let line = JsonLine {
+        lsn: ev.lsn.to_string(),
+        commit_lsn: ev.commit_lsn.to_string(),
+        xid: ev.xid,
+        commit_time: to_rfc3339(ev.commit_time),
+        table: ev.table.to_string(),
+        op: ev.op,
+        id: text(&e.id),
+        aggregate_type: text(&e.aggregate_type),
+        aggregate_id: text(&e.key),
+        event_type: text(&e.event_type),
+        topic: topic(ev),
+        key: text(&e.key),
+        created_at: text(&e.timestamp),
+        payload: payload(text(&e.payload)),
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
+/// Write one human-readable block.
+pub fn write_pretty(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<()> {
+    let e = ev.event;
+    let or_null = |v: Option<&str>| v.unwrap_or("NULL").to_owned();
+    writeln!(
+        out,
+        "── {} {} xid {} at {} (commit {})",
+        ev.table,
+        ev.op,
+        ev.xid,
+        to_rfc3339(ev.commit_time),
+        ev.commit_lsn
+    )?;
+    writeln!(out, "  id          {}", or_null(text(&e.id)))?;
+    writeln!(out, "  event_type  {}", or_null(text(&e.event_type)))?;
+    writeln!(
+        out,
+        "  topic       {}",
+        topic(ev).unwrap_or_else(|| "NULL".into())
+    )?;
+    writeln!(out, "  key         {}", or_null(text(&e.key)))?;
+    let body = match text(&e.payload) {
+        Some(raw) => match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_else(|_| raw.to_owned()),
+            Err(_) => raw.to_owned(),
+        },
+        None => "NULL".to_owned(),
+    };
+    writeln!(
+        out,
+        "  payload     {}",
+        body.replace('\n', "\n              ")
+    )?;
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn event(payload: &'static str) -> OutboxEvent {
+        let b = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+        OutboxEvent {
+            id: b("e1"),
+            aggregate_type: b("order"),
+            route_value: b("order"),
+            key: b("42"),
+            event_type: b("created"),
+            payload: b(payload),
+            timestamp: None,
+        }
+    }
+
+    fn render(payload: &'static str) -> serde_json::Value {
+        let ev = event(payload);
+        let table = TableName::parse("public.outbox").unwrap();
+        let template = TopicTemplate::default();
+        let mut out = Vec::new();
+        let tail = TailEvent {
+            lsn: Lsn(0x10),
+            commit_lsn: Lsn(0x20),
+            xid: 7,
+            commit_time: 0,
+            table: &table,
+            op: "insert",
+            event: &ev,
+            template: &template,
+        };
+        write_json(&tail, &mut out).unwrap();
+        assert_eq!(out.last(), Some(&b'\n'));
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn json_line_has_contract_fields() {
+        let v = render(r#"{"a": 1}"#);
+        assert_eq!(v["topic"], "outbox.event.order");
+        assert_eq!(v["key"], "42");
+        assert_eq!(v["aggregate_id"], "42");
+        assert_eq!(v["lsn"], "0/10");
+        assert_eq!(v["commit_time"], "2000-01-01T00:00:00.000000Z");
+        assert_eq!(v["payload"]["a"], 1);
+    }
+
+    #[test]
+    fn non_json_payload_becomes_a_string() {
+        let v = render("not json {");
+        assert_eq!(v["payload"], "not json {");
+    }
+}

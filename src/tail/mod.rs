@@ -1,0 +1,236 @@
+//! `pgoutbox tail`: decoded outbox events on stdout, for debugging.
+//!
+//! ```text
+//!  catalog conn: ensure publication ─┐
+//!  replication conn: temporary slot (or --slot) ─ START_REPLICATION ─▶ Decoder
+//!      ─▶ Begin (xid, commit LSN/time) ─▶ Insert on an outbox table ─▶ ColumnMapping
+//!      ─▶ format (json │ pretty) ─▶ stdout, flushed at every commit
+//! ```
+//!
+//! Invariants: tail never confirms an LSN — every status update carries `0/0`, so
+//! neither the temporary slot nor an existing `--slot` moves; events appear in commit
+//! order, only from committed transactions (pgoutput without `streaming` sends a
+//! transaction only after it committed, and never sends rolled-back subtransactions);
+//! a closed stdout (`| head`) ends tail quietly.
+
+pub mod format;
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::TailFormat;
+use crate::config::TailConfig;
+use crate::outbox::event::{MissingColumn, ResolvedMapping};
+use crate::pg::catalog::{self, CatalogError, TableName};
+use crate::pg::connection::PgError;
+use crate::pg::lsn::Lsn;
+use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
+use crate::pg::protocol::ReplicationMessage;
+use crate::pg::replication::ReplicationClient;
+
+pub use format::TailEvent;
+
+/// Why tail stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TailError {
+    /// Publication or slot check failed.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The replication connection failed.
+    #[error("replication connection: {0}")]
+    Replication(#[from] PgError),
+    /// The server sent a pgoutput message that does not decode.
+    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    Decode {
+        lsn: Lsn,
+        #[source]
+        source: DecodeError,
+    },
+    /// The outbox table lacks a mapped column.
+    #[error(transparent)]
+    Mapping(#[from] MissingColumn),
+    /// An Insert referenced a relation never described by a Relation message.
+    #[error(
+        "pgoutput Insert at {lsn} refers to unknown relation {relid} (no Relation message seen)"
+    )]
+    UnknownRelation { lsn: Lsn, relid: u32 },
+    /// Writing to stdout failed.
+    #[error("writing events to stdout: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+/// Transaction context from the Begin message.
+#[derive(Debug, Clone, Copy, Default)]
+struct Txn {
+    xid: u32,
+    commit_lsn: Lsn,
+    commit_time: i64,
+}
+
+/// Per-relation routing decision: not an outbox table, or its resolved mapping.
+enum RelationRoute {
+    Ignore,
+    Outbox(TableName, ResolvedMapping),
+}
+
+/// Run tail until `limit` events were printed, the stream fails, stdout closes, or
+/// `shutdown` fires. Returns the number of events printed.
+pub async fn run(
+    cfg: &TailConfig,
+    out: &mut dyn Write,
+    shutdown: CancellationToken,
+) -> Result<u64, TailError> {
+    let source = &cfg.source;
+    {
+        let client = catalog::connect(&source.conninfo).await?;
+        catalog::ensure_publication(&client, &source.publication, &source.tables).await?;
+        if let Some(slot) = &cfg.slot {
+            let info = catalog::slot_info(&client, slot)
+                .await?
+                .ok_or_else(|| CatalogError::MissingSlot { slot: slot.clone() })?;
+            catalog::check_slot_kind(&info)?;
+        }
+    }
+    let mut repl = ReplicationClient::connect(&source.conninfo).await?;
+    let (slot, start) = match &cfg.slot {
+        Some(slot) => (slot.clone(), Lsn::INVALID),
+        None => {
+            let name = temporary_slot_name();
+            let start = repl.create_logical_slot(&name, true).await?;
+            (name, start)
+        }
+    };
+    let mut stream = repl
+        .start_pgoutput(&slot, start, std::slice::from_ref(&source.publication))
+        .await?;
+    tracing::info!(slot = %slot, start = %start, publication = %source.publication, "tailing outbox");
+
+    let mut state = TailState {
+        cfg,
+        decoder: Decoder::new(),
+        routes: HashMap::new(),
+        txn: Txn::default(),
+        printed: 0,
+    };
+    let result = loop {
+        if cfg.limit.is_some_and(|limit| state.printed >= limit) {
+            break Ok(());
+        }
+        let message = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break Ok(()),
+            message = stream.recv() => message,
+        };
+        match message {
+            None => break Ok(()),
+            Some(Err(err)) => break Err(TailError::Replication(err)),
+            Some(Ok(ReplicationMessage::XLogData {
+                wal_start, data, ..
+            })) => match state.handle(wal_start, data, out) {
+                Ok(()) => {}
+                Err(TailError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    break Ok(())
+                }
+                Err(e) => break Err(e),
+            },
+            Some(Ok(_keepalive)) => {}
+        }
+    };
+    let _ = out.flush();
+    // Closing sends a last status update that still carries 0/0: nothing is confirmed.
+    if let Err(err) = stream.close().await {
+        tracing::debug!(error = %err, "closing replication stream");
+    }
+    result.map(|()| state.printed)
+}
+
+fn temporary_slot_name() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("pgoutbox_tail_{}_{nanos}", std::process::id())
+}
+
+struct TailState<'a> {
+    cfg: &'a TailConfig,
+    decoder: Decoder,
+    routes: HashMap<u32, RelationRoute>,
+    txn: Txn,
+    printed: u64,
+}
+
+impl TailState<'_> {
+    fn handle(
+        &mut self,
+        lsn: Lsn,
+        data: bytes::Bytes,
+        out: &mut dyn Write,
+    ) -> Result<(), TailError> {
+        let message = self
+            .decoder
+            .decode(data)
+            .map_err(|source| TailError::Decode { lsn, source })?;
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                self.txn = Txn {
+                    xid: begin.xid,
+                    commit_lsn: begin.final_lsn,
+                    commit_time: begin.commit_time,
+                };
+            }
+            PgOutputMessage::Relation(relation) => {
+                let table = TableName {
+                    schema: relation.namespace.clone(),
+                    name: relation.name.clone(),
+                };
+                let route = if self.cfg.source.tables.contains(&table) {
+                    let mapping = self.cfg.routing.mapping.resolve(&relation)?;
+                    RelationRoute::Outbox(table, mapping)
+                } else {
+                    RelationRoute::Ignore
+                };
+                self.routes.insert(relation.id, route);
+            }
+            PgOutputMessage::Insert(insert) => {
+                let route =
+                    self.routes
+                        .get(&insert.relation_id)
+                        .ok_or(TailError::UnknownRelation {
+                            lsn,
+                            relid: insert.relation_id,
+                        })?;
+                if let RelationRoute::Outbox(table, mapping) = route {
+                    if self.cfg.limit.is_some_and(|l| self.printed >= l) {
+                        return Ok(());
+                    }
+                    let event = mapping.event(&insert.tuple);
+                    let line = TailEvent {
+                        lsn,
+                        commit_lsn: self.txn.commit_lsn,
+                        xid: self.txn.xid,
+                        commit_time: self.txn.commit_time,
+                        table,
+                        op: "insert",
+                        event: &event,
+                        template: &self.cfg.routing.topic_template,
+                    };
+                    match self.cfg.format {
+                        TailFormat::Json => format::write_json(&line, out),
+                        TailFormat::Pretty => format::write_pretty(&line, out),
+                    }
+                    .map_err(TailError::Output)?;
+                    self.printed += 1;
+                }
+            }
+            PgOutputMessage::Commit(_) => out.flush().map_err(TailError::Output)?,
+            // Updates/deletes are not published (publish = 'insert'); types, origins,
+            // logical messages and truncates carry no outbox events.
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+//! The replication connection survives a consumer that stops reading: status
+//! updates keep flowing on the timer, so `wal_sender_timeout` never fires.
+
+mod support;
+
+use std::time::Duration;
+
+use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::pgoutput::{Decoder, PgOutputMessage};
+use pgoutbox::pg::protocol::ReplicationMessage;
+use pgoutbox::pg::replication::ReplicationClient;
+use support::{PgCluster, WAIT};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_consumer_survives_a_two_second_wal_sender_timeout() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    // wal_sender_timeout is settable per connection (PGC_USERSET) since PostgreSQL 12.
+    let url = format!("{}&options=-c%20wal_sender_timeout%3D2s", db.url());
+    let info = ConnInfo::parse(&url).unwrap();
+    let mut client = ReplicationClient::connect(&info).await.unwrap();
+    assert_eq!(
+        client.wal_sender_timeout().await.unwrap(),
+        Some(Duration::from_secs(2))
+    );
+    let start = client.create_logical_slot("paused", true).await.unwrap();
+    let mut stream = client
+        .start_pgoutput("paused", start, &["pgoutbox".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(stream.status_interval(), Duration::from_secs(1));
+    let walsender =
+        db.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'paused'");
+
+    // ~8 MB of WAL to decode: far more than socket buffers plus our queue hold, so
+    // the walsender is blocked writing to us while we do not read.
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'load', g::text, 'Filled', jsonb_build_object('pad', repeat(md5(g::text), 64)) \
+         FROM generate_series(1, 4000) g",
+    );
+    let sent_before = stream.status_updates_sent();
+    tokio::time::sleep(Duration::from_secs(10)).await; // the paused consumer (the point of the test)
+    let sent_during = stream.status_updates_sent() - sent_before;
+    assert!(
+        sent_during >= 5,
+        "status updates must flow while paused, sent {sent_during}"
+    );
+
+    let mut decoder = Decoder::new();
+    let mut inserts = 0;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while inserts < 4000 {
+        let message = tokio::time::timeout_at(deadline, stream.recv())
+            .await
+            .expect("stream stalled")
+            .expect("stream ended")
+            .expect("stream failed: the connection did not survive the pause");
+        if let ReplicationMessage::XLogData { data, .. } = message {
+            if let PgOutputMessage::Insert(_) = decoder.decode(data).unwrap() {
+                inserts += 1;
+            }
+        }
+    }
+    let after = db.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'paused'");
+    assert_eq!(
+        walsender, after,
+        "the same walsender must still be serving us"
+    );
+    stream.close().await.unwrap();
+}

@@ -1,0 +1,489 @@
+//! Test harness: a private PostgreSQL cluster per test binary, a fresh database per
+//! test, and helpers to run the `pgoutbox` binary and wait for conditions.
+//!
+//! The cluster uses the server binaries of `pg_config --bindir` (or
+//! `PGOUTBOX_TEST_PG_BINDIR`), runs as user `postgres` when the tests run as root
+//! (initdb refuses root), lives in a fresh `mktemp -d` directory, listens on a free
+//! loopback port with `wal_level=logical`, and is stopped and deleted by a watchdog
+//! process when the test binary exits. Nothing here depends on a system cluster.
+//!
+//! Authentication layout (pg_hba.conf): members of role `md5_users` must use md5,
+//! members of `scram_users` must use scram-sha-256, everyone else is trusted on
+//! 127.0.0.1, so auth tests create a user and grant it one of those roles.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Generous default timeout for conditions: CI machines are shared and loaded.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Poll `condition` until it returns `Some`, or panic after `timeout` with `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut condition: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = condition() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Poll `current` until it equals `expected`; on timeout fail showing both.
+pub fn wait_until_eq<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    expected: &T,
+    mut current: impl FnMut() -> T,
+) {
+    let start = Instant::now();
+    loop {
+        let now = current();
+        if &now == expected {
+            return;
+        }
+        if start.elapsed() >= timeout {
+            assert_eq!(
+                &now, expected,
+                "timed out after {timeout:?} waiting for {what}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY-free check: `id -u` avoids a libc dependency.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn bindir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PGOUTBOX_TEST_PG_BINDIR") {
+        return PathBuf::from(dir);
+    }
+    let out = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .expect("pg_config not found: install PostgreSQL server binaries (see .ci/run)");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Build a command that runs as the `postgres` OS user when we are root.
+fn as_postgres(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.arg("-u").arg("postgres").arg("--").arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// Extra settings for a cluster.
+#[derive(Default, Clone)]
+pub struct ClusterOptions {
+    /// Lines appended to postgresql.conf.
+    pub conf: Vec<String>,
+    /// Files written into the data directory before start (name, contents).
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// A running private cluster.
+pub struct PgCluster {
+    pub port: u16,
+    pub datadir: PathBuf,
+    pub bindir: PathBuf,
+    counter: AtomicU32,
+}
+
+impl PgCluster {
+    /// The cluster shared by all tests of this binary (started on first use).
+    pub fn shared() -> &'static PgCluster {
+        static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+        CLUSTER.get_or_init(|| PgCluster::start(ClusterOptions::default()))
+    }
+
+    /// Start a new cluster (stopped and removed when the test process exits).
+    pub fn start(options: ClusterOptions) -> PgCluster {
+        // Serialize initdb runs: two at once on a 2-core box only slows both.
+        static START: Mutex<()> = Mutex::new(());
+        let _guard = START.lock().unwrap_or_else(|e| e.into_inner());
+        let bindir = bindir();
+        let dir = Command::new("mktemp")
+            .args(["-d", "/tmp/pgoutbox-test-pg.XXXXXX"])
+            .output()
+            .expect("mktemp");
+        let root = PathBuf::from(String::from_utf8_lossy(&dir.stdout).trim());
+        let datadir = root.join("data");
+        if is_root() {
+            run_ok(Command::new("chown").arg("postgres:postgres").arg(&root));
+        }
+        run_ok(
+            as_postgres(&bindir.join("initdb"))
+                .arg("-D")
+                .arg(&datadir)
+                .args([
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ]),
+        );
+        let port = free_port();
+        let mut conf = vec![
+            "listen_addresses = '127.0.0.1'".to_owned(),
+            format!("port = {port}"),
+            format!("unix_socket_directories = '{}'", root.display()),
+            "wal_level = logical".into(),
+            "max_wal_senders = 30".into(),
+            "max_replication_slots = 30".into(),
+            "max_connections = 100".into(),
+            "fsync = off".into(),
+            "synchronous_commit = on".into(),
+            "shared_buffers = 64MB".into(),
+            "password_encryption = 'scram-sha-256'".into(),
+            "logging_collector = off".into(),
+        ];
+        conf.extend(options.conf.iter().cloned());
+        let hba = "\
+local all all trust
+host all +md5_users 127.0.0.1/32 md5
+host replication +md5_users 127.0.0.1/32 md5
+host all +scram_users 127.0.0.1/32 scram-sha-256
+host replication +scram_users 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 trust
+host replication all 127.0.0.1/32 trust
+";
+        let mut files = vec![
+            (
+                "postgresql.auto.conf".to_owned(),
+                (conf.join("\n") + "\n").into_bytes(),
+            ),
+            ("pg_hba.conf".to_owned(), hba.as_bytes().to_vec()),
+        ];
+        files.extend(options.files.iter().cloned());
+        for (name, contents) in &files {
+            write_as_postgres(&datadir.join(name), contents);
+        }
+        let log = root.join("postgres.log");
+        run_ok(
+            as_postgres(&bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&datadir)
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", "120", "start"]),
+        );
+        spawn_watchdog(&bindir, &datadir, &root);
+        let cluster = PgCluster {
+            port,
+            datadir,
+            bindir,
+            counter: AtomicU32::new(0),
+        };
+        cluster.psql(
+            "postgres",
+            "CREATE ROLE md5_users NOLOGIN; CREATE ROLE scram_users NOLOGIN;",
+        );
+        cluster
+    }
+
+    /// `postgres://postgres@127.0.0.1:port/db?sslmode=disable`.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Run SQL through psql as the superuser; panics on error; returns unaligned output.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new(self.bindir.join("psql"))
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-U", "postgres", "-d", db])
+            .arg("-c")
+            .arg(sql)
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql failed for {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    /// A fresh, empty database with the default outbox table.
+    pub fn fresh_db(&self) -> TestDb<'_> {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        let name = format!("t{}_{n}", std::process::id());
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        let outbox =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/outbox.sql"))
+                .expect("sql/outbox.sql");
+        self.psql(&name, &outbox);
+        TestDb {
+            cluster: self,
+            name,
+        }
+    }
+
+    /// Stop the server (`mode`: smart, fast, immediate).
+    pub fn stop(&self, mode: &str) {
+        run_ok(
+            as_postgres(&self.bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&self.datadir)
+                .args(["-w", "-m", mode, "stop"]),
+        );
+    }
+}
+
+/// One database of the cluster.
+pub struct TestDb<'a> {
+    pub cluster: &'a PgCluster,
+    pub name: String,
+}
+
+impl TestDb<'_> {
+    /// Connection URL as superuser.
+    pub fn url(&self) -> String {
+        self.cluster.url(&self.name)
+    }
+
+    /// Run SQL via psql; returns unaligned, tuples-only output.
+    pub fn psql(&self, sql: &str) -> String {
+        self.cluster.psql(&self.name, sql)
+    }
+
+    /// An async tokio-postgres client (runs on the calling test's runtime).
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect test client");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    /// `SELECT slot_name, … FROM pg_replication_slots` as text, for before/after comparisons.
+    pub fn slots_snapshot(&self) -> String {
+        self.psql(
+            "SELECT slot_name, plugin, slot_type, database, temporary, restart_lsn, confirmed_flush_lsn \
+             FROM pg_replication_slots WHERE database = current_database() ORDER BY slot_name",
+        )
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn write_as_postgres(path: &Path, contents: &[u8]) {
+    std::fs::write(path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    if is_root() {
+        run_ok(Command::new("chown").arg("postgres:postgres").arg(path));
+    }
+    run_ok(Command::new("chmod").arg("600").arg(path));
+}
+
+/// A detached shell that stops the cluster and deletes its directory once this test
+/// process is gone (Rust test binaries have no global teardown hook).
+fn spawn_watchdog(bindir: &Path, datadir: &Path, root: &Path) {
+    let pg_ctl = bindir.join("pg_ctl");
+    let runuser = if is_root() {
+        "runuser -u postgres -- "
+    } else {
+        ""
+    };
+    on_exit(&format!(
+        "{runuser}{} -D {} -m immediate stop; rm -rf {}",
+        pg_ctl.display(),
+        datadir.display(),
+        root.display()
+    ));
+}
+
+/// Run the shell command `cleanup` once this test process has exited, from a
+/// detached background shell (double fork: the shell we wait for exits at once).
+pub fn on_exit(cleanup: &str) {
+    let script = format!(
+        "(while kill -0 {pid} 2>/dev/null; do sleep 1; done; {cleanup}) </dev/null >/dev/null 2>&1 &",
+        pid = std::process::id(),
+    );
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .status()
+        .expect("spawn watchdog");
+    assert!(status.success(), "watchdog shell failed");
+}
+
+/// A running `pgoutbox` process whose stdout lines are collected by a thread.
+pub struct Pgoutbox {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: std::sync::Arc<Mutex<String>>,
+}
+
+impl Pgoutbox {
+    /// Start `pgoutbox <args>` with a clean PGOUTBOX_* environment.
+    pub fn spawn(args: &[&str]) -> Pgoutbox {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("PGOUTBOX_") || key.starts_with("PG") {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn pgoutbox");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::sync::Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let err_pipe = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err_pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Pgoutbox {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Collect exactly `n` stdout lines, waiting up to `timeout` overall.
+    pub fn take_lines(&mut self, n: usize, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => out.push(line),
+                Err(_) => panic!(
+                    "got {} of {n} lines within {timeout:?}; stderr:\n{}",
+                    out.len(),
+                    self.stderr()
+                ),
+            }
+        }
+        out
+    }
+
+    /// Wait until stderr contains `needle` (e.g. a startup log line).
+    pub fn wait_stderr(&self, needle: &str, timeout: Duration) {
+        wait_for(&format!("{needle:?} on pgoutbox's stderr"), timeout, || {
+            self.stderr().contains(needle).then_some(())
+        });
+    }
+
+    /// Everything written to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Wait for the process to exit; returns its status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        wait_for("pgoutbox to exit", timeout, || {
+            self.child.try_wait().ok().flatten()
+        })
+    }
+
+    /// Send a signal by name (`TERM`, `INT`, `KILL`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
+        run_ok(
+            Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(self.child.id().to_string()),
+        );
+    }
+}
+
+impl Drop for Pgoutbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Deterministic pseudo-random numbers (xorshift64*), so failures reproduce.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.max(1))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}

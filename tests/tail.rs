@@ -1,0 +1,359 @@
+//! `pgoutbox tail` against a real PostgreSQL: exactly-once, commit order, rollbacks,
+//! payload fidelity, slot hygiene, publication handling.
+
+mod support;
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use support::{wait_until_eq, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
+
+#[derive(Debug, Deserialize)]
+struct Line {
+    lsn: String,
+    commit_lsn: String,
+    xid: u64,
+    commit_time: String,
+    table: String,
+    op: String,
+    id: String,
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+    topic: String,
+    key: String,
+    payload: Box<RawValue>,
+}
+
+fn parse(lines: &[String]) -> Vec<Line> {
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// Start tail on `db` and wait until it streams. The slot being listed is not
+/// enough: a new logical slot appears (active) while it still waits for a consistent
+/// snapshot, and rows committed before that point are, by design, not decoded.
+fn start_tail(db: &TestDb<'_>, extra: &[&str]) -> Pgoutbox {
+    let url = db.url();
+    let mut args = vec!["tail", "--database-url", url.as_str()];
+    args.extend_from_slice(extra);
+    let tail = Pgoutbox::spawn(&args);
+    tail.wait_stderr("tailing outbox", WAIT);
+    tail
+}
+
+fn uuid(rng: &mut Rng) -> String {
+    let a = rng.next_u64();
+    let b = rng.next_u64();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+struct Expected {
+    id: String,
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+}
+
+fn insert_sql(table: &str, e: &Expected, seq: usize) -> String {
+    format!(
+        "INSERT INTO {table} (id, aggregate_type, aggregate_id, event_type, payload) VALUES \
+         ('{}', '{}', '{}', '{}', '{{\"seq\": {seq}, \"name\": \"ünïcødé ✓\", \"list\": [1, 2.50, null, true]}}');",
+        e.id, e.aggregate_type, e.aggregate_id, e.event_type
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_events_with_rollbacks_arrive_once_in_commit_order() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql(
+        "CREATE TABLE other_events (LIKE outbox INCLUDING ALL); \
+         CREATE PUBLICATION pgoutbox FOR TABLE outbox, other_events WITH (publish = 'insert');",
+    );
+    let mut tail = start_tail(&db, &["--limit", "1001"]);
+    let client = db.client().await;
+    let mut rng = Rng::new(0x5eed);
+    let mut expected: Vec<Expected> = Vec::new();
+    let event = |rng: &mut Rng| Expected {
+        id: uuid(rng),
+        aggregate_type: ["order", "payment", "customer"][rng.range(0, 2) as usize].to_owned(),
+        aggregate_id: rng.range(1, 20).to_string(),
+        event_type: ["Created", "Updated", "Cancelled"][rng.range(0, 2) as usize].to_owned(),
+    };
+    let mut seq = 0;
+    while expected.len() < 1000 {
+        let rows = rng.range(1, 50).min(1000 - expected.len() as u64) as usize;
+        let mut sql = String::from("BEGIN;");
+        let mut committed = Vec::new();
+        for _ in 0..rows {
+            let e = event(&mut rng);
+            seq += 1;
+            sql.push_str(&insert_sql("outbox", &e, seq));
+            committed.push(e);
+            match rng.range(0, 9) {
+                // A savepoint whose rows are rolled back.
+                0 => {
+                    let ghost = event(&mut rng);
+                    sql.push_str("SAVEPOINT s;");
+                    sql.push_str(&insert_sql("outbox", &ghost, 0));
+                    sql.push_str("ROLLBACK TO SAVEPOINT s;");
+                }
+                // A row in a published non-outbox table.
+                1 => sql.push_str(&insert_sql("other_events", &event(&mut rng), 0)),
+                _ => {}
+            }
+        }
+        sql.push_str("COMMIT;");
+        client.batch_execute(&sql).await.unwrap();
+        expected.extend(committed);
+        if rng.range(0, 4) == 0 {
+            let ghost = event(&mut rng);
+            client
+                .batch_execute(&format!(
+                    "BEGIN; {} ROLLBACK;",
+                    insert_sql("outbox", &ghost, 0)
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    // A committed sentinel last: anything that leaked would shift or precede it.
+    let sentinel = event(&mut rng);
+    client
+        .batch_execute(&insert_sql("outbox", &sentinel, 0))
+        .await
+        .unwrap();
+    expected.push(sentinel);
+
+    let lines = parse(&tail.take_lines(1001, WAIT * 2));
+    assert!(
+        tail.wait_exit(WAIT).success(),
+        "tail failed: {}",
+        tail.stderr()
+    );
+
+    let payloads: HashMap<String, String> = client
+        .query("SELECT id::text, payload::text FROM outbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        payloads.len(),
+        1001,
+        "rolled-back rows must not be in the table either"
+    );
+    let got_ids: Vec<&str> = lines.iter().map(|l| l.id.as_str()).collect();
+    let want_ids: Vec<&str> = expected.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        got_ids, want_ids,
+        "exactly the committed events, in commit order"
+    );
+    let mut last_commit = 0;
+    for (line, want) in lines.iter().zip(&expected) {
+        assert_eq!(line.table, "public.outbox");
+        assert_eq!(line.op, "insert");
+        assert_eq!(line.aggregate_type, want.aggregate_type);
+        assert_eq!(line.aggregate_id, want.aggregate_id);
+        assert_eq!(line.key, want.aggregate_id);
+        assert_eq!(line.event_type, want.event_type);
+        assert_eq!(line.topic, format!("outbox.event.{}", want.aggregate_type));
+        assert_eq!(line.payload.get(), payloads[&line.id]);
+        assert!(line.xid > 0);
+        assert!(line.commit_time.ends_with('Z'), "{}", line.commit_time);
+        let commit = lsn(&line.commit_lsn);
+        assert!(commit >= last_commit, "commit LSNs must not go backwards");
+        assert!(lsn(&line.lsn) < commit, "a row's LSN precedes its commit");
+        last_commit = commit;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicode_and_toasted_megabyte_payloads_are_byte_identical() {
+    let db = PgCluster::shared().fresh_db();
+    let mut tail = start_tail(&db, &["--limit", "3"]);
+    let client = db.client().await;
+    // Incompressible 1 MB string: forces out-of-line TOAST storage.
+    let mut rng = Rng::new(42);
+    let big: String = (0..1_048_576 / 16)
+        .map(|_| format!("{:016x}", rng.next_u64()))
+        .collect();
+    let unicode = r#"{"emoji": "😀🚀", "cjk": "漢字かな", "rtl": "שלום", "escapes": "line\nbreak \"q\" \\ \u0001 tab\t", "num": 1e3, "deep": {"a": [{"b": {"c": []}}]}}"#;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES \
+             ('doc', 'ü-1', 'Unicode', '{}');",
+            unicode.replace('\'', "''")
+        ))
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('doc', 'big', 'Big', jsonb_build_object('blob', $1::text, 'n', 1))",
+            &[&big],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('doc', 's', 'Scalar', '\"just a string\"')")
+        .await
+        .unwrap();
+    let stored_size: i32 = client
+        .query_one(
+            "SELECT pg_column_size(payload) FROM outbox WHERE aggregate_id = 'big'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        stored_size > 500_000,
+        "payload should be stored TOASTed, size {stored_size}"
+    );
+
+    let lines = parse(&tail.take_lines(3, WAIT));
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+    for line in &lines {
+        let want: String = client
+            .query_one(
+                "SELECT payload::text FROM outbox WHERE id = $1::text::uuid",
+                &[&line.id],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(line.payload.get(), want, "payload of {}", line.aggregate_id);
+    }
+    assert_eq!(lines[0].aggregate_id, "ü-1");
+    assert!(lines[1].payload.get().len() > 1_048_576);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_leaves_replication_slots_as_they_were() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("SELECT pg_create_logical_replication_slot('keep', 'pgoutput')");
+    // Publication must exist before the events that `--slot keep` will read back.
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let insert = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                  SELECT 'order', g::text, 'Created', jsonb_build_object('n', g) FROM generate_series(1, 5) g";
+    db.psql(insert);
+    let before = db.slots_snapshot();
+
+    // Temporary slot: sees new events only, and disappears afterwards.
+    let mut tail = start_tail(&db, &["--limit", "5"]);
+    db.psql(insert);
+    assert_eq!(tail.take_lines(5, WAIT).len(), 5);
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+    wait_until_eq("temporary slot to disappear", WAIT, &before, || {
+        db.slots_snapshot()
+    });
+
+    // Existing slot: reads its backlog (all 10 events), confirms nothing.
+    let url = db.url();
+    let mut tail = Pgoutbox::spawn(&[
+        "tail",
+        "--database-url",
+        &url,
+        "--slot",
+        "keep",
+        "--limit",
+        "10",
+    ]);
+    let lines = parse(&tail.take_lines(10, WAIT));
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+    let keys: Vec<&str> = lines.iter().map(|l| l.aggregate_id.as_str()).collect();
+    assert_eq!(keys, ["1", "2", "3", "4", "5", "1", "2", "3", "4", "5"]);
+    wait_until_eq(
+        "slot 'keep' to be inactive and unchanged",
+        WAIT,
+        &before,
+        || db.slots_snapshot(),
+    );
+}
+
+#[test]
+fn missing_publication_is_created_insert_only() {
+    let db = PgCluster::shared().fresh_db();
+    let mut tail = start_tail(&db, &["--limit", "1"]);
+    let pubs = db.psql("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = 'pgoutbox'");
+    assert_eq!(pubs, "t|f|f|f");
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    assert_eq!(tail.take_lines(1, WAIT).len(), 1);
+    assert!(tail.wait_exit(WAIT).success());
+}
+
+#[test]
+fn without_privilege_tail_prints_the_sql_to_run() {
+    let db = PgCluster::shared().fresh_db();
+    let role = format!("weak_{}", db.name);
+    db.psql(&format!(
+        "CREATE ROLE {role} LOGIN REPLICATION; GRANT SELECT ON outbox TO {role}; \
+         REVOKE CREATE ON DATABASE {} FROM PUBLIC;",
+        db.name
+    ));
+    let url = format!(
+        "postgres://{role}@127.0.0.1:{}/{}?sslmode=disable",
+        db.cluster.port, db.name
+    );
+    let mut tail = Pgoutbox::spawn(&["tail", "--database-url", &url]);
+    let status = tail.wait_exit(WAIT);
+    assert!(!status.success());
+    let stderr = tail.stderr();
+    assert!(
+        stderr.contains("CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert')"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&role), "{stderr}");
+}
+
+#[test]
+fn missing_table_names_the_table_and_the_fix() {
+    let db = PgCluster::shared().fresh_db();
+    let url = db.url();
+    let mut tail = Pgoutbox::spawn(&[
+        "tail",
+        "--database-url",
+        &url,
+        "--table",
+        "sales.order_outbox",
+    ]);
+    assert!(!tail.wait_exit(WAIT).success());
+    let stderr = tail.stderr();
+    assert!(
+        stderr.contains("sales.order_outbox does not exist"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("sql/outbox.sql"), "{stderr}");
+}
+
+#[test]
+fn pretty_format_is_readable() {
+    let db = PgCluster::shared().fresh_db();
+    let mut tail = start_tail(&db, &["--limit", "1", "--format", "pretty"]);
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '7', 'Paid', '{\"amount\": 5}')");
+    // Header, id, event_type, topic, key, payload over 3 lines, blank separator.
+    let lines = tail.take_lines(9, WAIT);
+    assert!(tail.wait_exit(WAIT).success());
+    let text = lines.join("\n");
+    assert!(text.contains("public.outbox insert"), "{text}");
+    assert!(text.contains("topic       outbox.event.order"), "{text}");
+    assert!(text.contains("\"amount\": 5"), "{text}");
+    assert_eq!(lines[8], "", "{text}");
+}
