@@ -106,6 +106,8 @@ pub struct ClusterOptions {
     pub conf: Vec<String>,
     /// Files written into the data directory before start (name, contents).
     pub files: Vec<(String, Vec<u8>)>,
+    /// Replaces the default pg_hba.conf when set.
+    pub hba: Option<String>,
 }
 
 /// A running private cluster.
@@ -168,7 +170,7 @@ impl PgCluster {
             "logging_collector = off".into(),
         ];
         conf.extend(options.conf.iter().cloned());
-        let hba = "\
+        let default_hba = "\
 local all all trust
 host all +md5_users 127.0.0.1/32 md5
 host replication +md5_users 127.0.0.1/32 md5
@@ -182,7 +184,14 @@ host replication all 127.0.0.1/32 trust
                 "postgresql.auto.conf".to_owned(),
                 (conf.join("\n") + "\n").into_bytes(),
             ),
-            ("pg_hba.conf".to_owned(), hba.as_bytes().to_vec()),
+            (
+                "pg_hba.conf".to_owned(),
+                options
+                    .hba
+                    .clone()
+                    .unwrap_or_else(|| default_hba.to_owned())
+                    .into_bytes(),
+            ),
         ];
         files.extend(options.files.iter().cloned());
         for (name, contents) in &files {

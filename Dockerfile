@@ -1,0 +1,17 @@
+# Multi-stage build: compile in the Rust image, run in a small Debian image as a
+# non-root user.
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked --bin pgoutbox
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --no-create-home pgoutbox
+COPY --from=build /src/target/release/pgoutbox /usr/local/bin/pgoutbox
+USER 10001
+ENTRYPOINT ["/usr/local/bin/pgoutbox"]
+CMD ["--help"]

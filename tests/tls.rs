@@ -1,0 +1,192 @@
+//! TLS to PostgreSQL with a CA generated in the test: verify-full succeeds with the
+//! right CA and host name, fails clearly on a host-name mismatch or an unknown CA;
+//! verify-ca skips the host name; both connections (replication + catalog) use it.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use pgoutbox::pg::connection::PgError;
+use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::replication::ReplicationClient;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use support::{ClusterOptions, PgCluster, Pgoutbox, WAIT};
+
+struct Pki {
+    cluster: PgCluster,
+    ca_file: PathBuf,
+    other_ca_file: PathBuf,
+}
+
+fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate().unwrap();
+    (params.self_signed(&key).unwrap(), key)
+}
+
+/// One TLS-enabled cluster for this binary; its server certificate is valid for
+/// `localhost` only, and pg_hba.conf accepts TCP connections only over TLS
+/// (`hostssl`), so every successful connection below is proven encrypted.
+fn pki() -> &'static Pki {
+    static PKI: OnceLock<Pki> = OnceLock::new();
+    PKI.get_or_init(|| {
+        let (ca_cert, ca_key) = ca("pgoutbox test CA");
+        let (other_ca, _) = ca("some other CA");
+        let server_key = KeyPair::generate().unwrap();
+        let mut server = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        server
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let server_cert = server.signed_by(&server_key, &ca_cert, &ca_key).unwrap();
+        let cluster = PgCluster::start(ClusterOptions {
+            conf: vec![
+                "ssl = on".into(),
+                "ssl_cert_file = 'server.crt'".into(),
+                "ssl_key_file = 'server.key'".into(),
+            ],
+            files: vec![
+                ("server.crt".into(), server_cert.pem().into_bytes()),
+                ("server.key".into(), server_key.serialize_pem().into_bytes()),
+            ],
+            hba: Some(
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 trust\n\
+                 hostssl replication all 127.0.0.1/32 trust\n"
+                    .into(),
+            ),
+        });
+        let dir = std::env::temp_dir().join(format!("pgoutbox-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca_file = dir.join("ca.crt");
+        let other_ca_file = dir.join("other-ca.crt");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        std::fs::write(&other_ca_file, other_ca.pem()).unwrap();
+        support::on_exit(&format!("rm -rf {}", dir.display()));
+        Pki {
+            cluster,
+            ca_file,
+            other_ca_file,
+        }
+    })
+}
+
+fn url(host: &str, mode: &str, ca: &std::path::Path, db: &str) -> String {
+    format!(
+        "postgres://postgres@{host}:{}/{db}?sslmode={mode}&sslrootcert={}",
+        pki().cluster.port,
+        ca.display()
+    )
+}
+
+async fn connect(url: &str) -> Result<ReplicationClient, PgError> {
+    ReplicationClient::connect(&ConnInfo::parse(url).unwrap()).await
+}
+
+async fn uses_tls(client: &mut ReplicationClient) -> bool {
+    let rows = client
+        .simple_query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .await
+        .unwrap();
+    rows[0].values[0].as_deref() == Some("t")
+}
+
+#[tokio::test]
+async fn verify_full_with_the_right_ca_and_host_succeeds() {
+    let pki = pki();
+    let mut client = connect(&url("localhost", "verify-full", &pki.ca_file, "postgres"))
+        .await
+        .expect("verify-full against localhost");
+    assert!(uses_tls(&mut client).await);
+}
+
+#[tokio::test]
+async fn verify_full_rejects_a_host_name_mismatch() {
+    let pki = pki();
+    let err = connect(&url("127.0.0.1", "verify-full", &pki.ca_file, "postgres"))
+        .await
+        .err()
+        .expect("certificate is for localhost, not 127.0.0.1");
+    let text = err.to_string();
+    assert!(
+        text.contains("TLS handshake with 127.0.0.1 failed"),
+        "{text}"
+    );
+    assert!(text.contains("not valid for name"), "{text}");
+    assert!(
+        !err.is_transient(),
+        "a certificate problem must not be retried forever"
+    );
+}
+
+#[tokio::test]
+async fn verify_full_rejects_an_unknown_ca() {
+    let pki = pki();
+    let err = connect(&url(
+        "localhost",
+        "verify-full",
+        &pki.other_ca_file,
+        "postgres",
+    ))
+    .await
+    .err()
+    .expect("server certificate is not signed by the other CA");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+}
+
+#[tokio::test]
+async fn verify_ca_skips_the_host_name_and_require_encrypts() {
+    let pki = pki();
+    let mut client = connect(&url("127.0.0.1", "verify-ca", &pki.ca_file, "postgres"))
+        .await
+        .expect("verify-ca ignores the host name");
+    assert!(uses_tls(&mut client).await);
+    let mut client = connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=require",
+        pki.cluster.port
+    ))
+    .await
+    .expect("require without a root certificate encrypts without verifying");
+    assert!(uses_tls(&mut client).await);
+}
+
+#[test]
+fn verify_ca_without_a_root_certificate_names_the_fix() {
+    let info = ConnInfo::parse_with_env(
+        "postgres://postgres@localhost:1/postgres?sslmode=verify-full",
+        &|_| None,
+    )
+    .unwrap();
+    let err = pgoutbox::pg::tls::client_config(&info)
+        .err()
+        .expect("needs a CA");
+    assert!(err.to_string().contains("sslrootcert"), "{err}");
+}
+
+#[test]
+fn tail_streams_over_verify_full_on_both_connections() {
+    let pki = pki();
+    let db = pki.cluster.fresh_db();
+    let url = url("localhost", "verify-full", &pki.ca_file, &db.name);
+    let mut tail = Pgoutbox::spawn(&["tail", "--database-url", &url, "--limit", "1"]);
+    tail.wait_stderr("tailing outbox", WAIT);
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('tls', '1', 'Secured', '{}')");
+    let line = tail.take_lines(1, WAIT).remove(0);
+    assert!(line.contains("\"topic\":\"outbox.event.tls\""), "{line}");
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+}
+
+#[tokio::test]
+async fn plain_connections_are_refused_by_this_cluster() {
+    // Guards the premise above: without TLS the server says no.
+    let err = connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        pki().cluster.port
+    ))
+    .await
+    .err()
+    .expect("hostssl-only cluster must refuse plain TCP");
+    assert_eq!(err.code(), Some("28000"), "{err}");
+}
