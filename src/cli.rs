@@ -26,6 +26,16 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Relay outbox rows to Kafka; confirm the slot only after Kafka acked.
+    ///
+    /// Creates the publication and the slot when missing, resumes from the slot's
+    /// confirmed_flush_lsn, and confirms a transaction's commit LSN only once its
+    /// records and all earlier ones are acked (acks=all, idempotent producer). A lost
+    /// connection (PostgreSQL or Kafka) is retried; a second `run` on the same slot
+    /// stands by and takes over when the first one stops. SIGTERM drains and exits 0.
+    ///
+    /// Example: pgoutbox run --database-url postgres://relay@db/shop --brokers kafka:9092
+    Run(RunArgs),
     /// Print decoded outbox events to stdout as they commit, one JSON object per line.
     ///
     /// Needs no Kafka. By default reads through a temporary replication slot that
@@ -130,6 +140,73 @@ pub enum TailFormat {
     Json,
     /// A block per event, for humans.
     Pretty,
+}
+
+/// `pgoutbox run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    /// Replication slot the relay consumes (created as a pgoutput slot when missing).
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub slot: String,
+
+    /// Kafka bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
+    pub brokers: String,
+
+    /// Extra librdkafka producer setting (repeatable), e.g. --kafka-option linger.ms=10.
+    /// Settings that would weaken delivery (acks, enable.idempotence) are refused.
+    #[arg(
+        long = "kafka-option",
+        env = "PGOUTBOX_KAFKA_OPTION",
+        value_delimiter = ',',
+        value_name = "KEY=VALUE"
+    )]
+    pub kafka_options: Vec<String>,
+
+    /// What to do with an UPDATE or DELETE of an outbox row (only seen with a
+    /// publication that publishes them).
+    #[arg(long, env = "PGOUTBOX_ON_UPDATE", value_enum, default_value_t = OnUpdateArg::Ignore)]
+    pub on_update: OnUpdateArg,
+
+    /// Stop reading WAL while this many records await a Kafka ack.
+    #[arg(
+        long,
+        env = "PGOUTBOX_MAX_IN_FLIGHT",
+        default_value_t = 50_000,
+        value_name = "RECORDS"
+    )]
+    pub max_in_flight: usize,
+
+    /// Stop reading WAL while this many bytes (key + value + headers) await an ack.
+    #[arg(long, env = "PGOUTBOX_MAX_IN_FLIGHT_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
+    pub max_in_flight_bytes: usize,
+
+    /// On SIGTERM, wait this long for in-flight records before exiting anyway
+    /// (unconfirmed records are resent after restart).
+    #[arg(long, env = "PGOUTBOX_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub drain_timeout: std::time::Duration,
+}
+
+/// `--on-update` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnUpdateArg {
+    /// Skip silently.
+    Ignore,
+    /// Skip with a warning.
+    Warn,
+    /// Stop the relay.
+    Fail,
 }
 
 /// `pgoutbox setup`.

@@ -5,11 +5,16 @@
 //! connects. Invariant: nothing past this module sees a clap type, and the password
 //! only exists inside `ConnInfo` as a `Secret`.
 
-use crate::cli::{RoutingArgs, SourceArgs, TailArgs, TailFormat};
+use std::time::Duration;
+
+use crate::cli::{OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat};
+use crate::kafka::config::UnsafeOption;
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::routing::TopicTemplate;
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
+use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::run::RunConfig;
 
 /// A configuration error, reported before anything connects.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +32,20 @@ pub enum ConfigError {
     /// No tables.
     #[error("no outbox table given; fix: pass --table schema.table")]
     NoTables,
+    /// A `--kafka-option` without `=`.
+    #[error("invalid --kafka-option {0:?}: expected key=value, e.g. linger.ms=10")]
+    KafkaOption(String),
+    /// A `--kafka-option` that would weaken delivery.
+    #[error(transparent)]
+    UnsafeKafkaOption(#[from] UnsafeOption),
+    /// Empty `--brokers`.
+    #[error(
+        "--brokers / PGOUTBOX_BROKERS is empty; fix: pass host:port of at least one Kafka broker"
+    )]
+    NoBrokers,
+    /// A zero window.
+    #[error("--{0} must be at least 1")]
+    ZeroWindow(&'static str),
 }
 
 /// Where the outbox lives.
@@ -123,6 +142,55 @@ impl TailConfig {
             format: args.format,
             limit: args.limit,
             slot: args.slot.as_deref().map(validate_slot).transpose()?,
+        })
+    }
+}
+
+impl RunConfig {
+    /// Validate `run` arguments.
+    pub fn from_args(args: &RunArgs) -> Result<Self, ConfigError> {
+        let source = SourceConfig::from_args(&args.source)?;
+        let routing = RoutingConfig::from_args(&args.routing);
+        let mut kafka_options = Vec::new();
+        for raw in &args.kafka_options {
+            let (k, v) = raw
+                .split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| ConfigError::KafkaOption(raw.clone()))?;
+            kafka_options.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        // Check the options now, so a refused one fails before anything connects.
+        crate::kafka::config::producer_config("", &kafka_options)?;
+        if args.brokers.trim().is_empty() {
+            return Err(ConfigError::NoBrokers);
+        }
+        if args.max_in_flight == 0 {
+            return Err(ConfigError::ZeroWindow("max-in-flight"));
+        }
+        if args.max_in_flight_bytes == 0 {
+            return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
+        }
+        let pipeline = PipelineConfig {
+            tables: source.tables.clone(),
+            mapping: routing.mapping,
+            topic_template: routing.topic_template,
+            on_update: match args.on_update {
+                OnUpdateArg::Ignore => OnUpdate::Ignore,
+                OnUpdateArg::Warn => OnUpdate::Warn,
+                OnUpdateArg::Fail => OnUpdate::Fail,
+            },
+            max_in_flight_records: args.max_in_flight,
+            max_in_flight_bytes: args.max_in_flight_bytes,
+            drain_timeout: args.drain_timeout,
+            status_interval: Duration::from_secs(1),
+        };
+        Ok(Self {
+            source,
+            slot: validate_slot(&args.slot)?,
+            brokers: args.brokers.trim().to_owned(),
+            kafka_options,
+            pipeline,
+            max_backoff: Duration::from_secs(5),
         })
     }
 }

@@ -9,13 +9,19 @@
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
 //!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`].
 //! - [`outbox`]: row → event ([`outbox::event`]) and topic rules ([`outbox::routing`]).
+//! - [`kafka`]: producer settings and the delivery-report sink.
+//! - [`pipeline`]: one session's relay loop and the per-transaction ack tracker.
+//! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 
 pub mod cli;
 pub mod config;
+pub mod kafka;
 pub mod outbox;
 pub mod pg;
+pub mod pipeline;
+pub mod run;
 pub mod secret;
 pub mod setup;
 pub mod tail;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use pgoutbox::cli::{Cli, Command, SetupArgs};
 use pgoutbox::config::{validate_slot, SourceConfig, TailConfig};
 use pgoutbox::pg::catalog::Ensured;
+use pgoutbox::run::RunConfig;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -57,6 +58,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Setup(args) => setup(args).await,
+        Command::Run(args) => {
+            let cfg = RunConfig::from_args(&args)?;
+            pgoutbox::run::run(&cfg, shutdown_on_signal())
+                .await
+                .context("relay stopped")?;
+            Ok(())
+        }
     }
 }
 

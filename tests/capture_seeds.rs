@@ -56,12 +56,22 @@ async fn capture_pgoutput_seeds() {
     while let Ok(Some(Ok(message))) =
         tokio::time::timeout(Duration::from_secs(5), stream.recv()).await
     {
-        let ReplicationMessage::XLogData { wal_start, wal_end, server_time, data } = message else {
+        let ReplicationMessage::XLogData {
+            wal_start,
+            wal_end,
+            server_time,
+            data,
+        } = message
+        else {
             continue;
         };
         let mut seed = vec![0u8];
         seed.extend_from_slice(&data);
-        std::fs::write(decode_dir.join(format!("real-{count:03}-{}", char::from(data[0]))), &seed).unwrap();
+        std::fs::write(
+            decode_dir.join(format!("real-{count:03}-{}", char::from(data[0]))),
+            &seed,
+        )
+        .unwrap();
         // The same message as it travelled: CopyData('w' header + payload).
         let body_len = u32::try_from(4 + 25 + data.len()).unwrap();
         stream_bytes.push(b'd');

@@ -159,9 +159,7 @@ fn verify_ca_without_a_root_certificate_names_the_fix() {
         &|_| None,
     )
     .unwrap();
-    let err = pgoutbox::pg::tls::client_config(&info)
-        .err()
-        .expect("needs a CA");
+    let err = pgoutbox::pg::tls::client_config(&info).expect_err("needs a CA");
     assert!(err.to_string().contains("sslrootcert"), "{err}");
 }
 

@@ -3,6 +3,10 @@
 //!
 //! - [`event`]: a decoded pgoutput row → [`event::OutboxEvent`] through a column mapping.
 //! - [`routing`]: the topic template (Debezium's `${routedByValue}` syntax) and key rules.
+//! - [`tables`]: which relations are outbox tables, per relation id.
+//! - [`record`]: event → Kafka record (topic, key, value, headers, timestamp).
 
 pub mod event;
+pub mod record;
 pub mod routing;
+pub mod tables;

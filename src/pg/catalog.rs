@@ -66,9 +66,36 @@ pub enum CatalogError {
         kind: String,
         plugin: String,
     },
+    /// The slot belongs to another database.
+    #[error("replication slot {slot:?} belongs to database {slot_db:?}, but the connection is to {db:?}; fix: use another --slot name for this database")]
+    SlotDatabase {
+        slot: String,
+        slot_db: String,
+        db: String,
+    },
     /// The slot does not exist.
     #[error("replication slot {slot:?} does not exist; fix: run `pgoutbox setup --slot {slot}` or omit --slot to use a temporary slot")]
     MissingSlot { slot: String },
+}
+
+impl CatalogError {
+    /// Whether retrying later may succeed (server unreachable, restarting, or the
+    /// connection dropped); configuration and permission problems are definite.
+    pub fn is_transient(&self) -> bool {
+        let pg_transient = |e: &tokio_postgres::Error| match e.code() {
+            Some(code) => {
+                let c = code.code();
+                c.starts_with("08") || c.starts_with("57") || c.starts_with("53")
+            }
+            None => e.is_closed() || e.as_db_error().is_none(),
+        };
+        match self {
+            CatalogError::Connect { source, .. } | CatalogError::Query { source, .. } => {
+                pg_transient(source)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A schema-qualified table name.
@@ -269,6 +296,8 @@ pub struct SlotInfo {
     pub plugin: Option<String>,
     /// `logical` or `physical`.
     pub slot_type: String,
+    /// Database of a logical slot.
+    pub database: Option<String>,
     /// Whether a walsender is streaming from it now.
     pub active: bool,
     /// That walsender's pid.
@@ -288,7 +317,7 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
     let row = client
         .query_opt(
             "SELECT slot_name::text, plugin::text, slot_type::text, active, active_pid, temporary, \
-                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text \
+                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text, database::text \
              FROM pg_replication_slots WHERE slot_name = $1",
             &[&slot],
         )
@@ -305,6 +334,7 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
         restart_lsn: lsn(r.get(6)),
         confirmed_flush_lsn: lsn(r.get(7)),
         wal_status: r.get(8),
+        database: r.get(9),
     }))
 }
 
@@ -320,10 +350,28 @@ pub fn check_slot_kind(info: &SlotInfo) -> Result<(), CatalogError> {
     })
 }
 
+/// Check a slot belongs to the database `client` is connected to.
+pub async fn check_slot_database(client: &Client, info: &SlotInfo) -> Result<(), CatalogError> {
+    let db: String = client
+        .query_one("SELECT current_database()::text", &[])
+        .await
+        .map_err(query_err("reading current_database()"))?
+        .get(0);
+    match &info.database {
+        Some(slot_db) if *slot_db != db => Err(CatalogError::SlotDatabase {
+            slot: info.name.clone(),
+            slot_db: slot_db.clone(),
+            db,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Create a persistent `pgoutput` slot when missing.
 pub async fn ensure_slot(client: &Client, slot: &str) -> Result<Ensured, CatalogError> {
     if let Some(info) = slot_info(client, slot).await? {
         check_slot_kind(&info)?;
+        check_slot_database(client, &info).await?;
         return Ok(Ensured::Existed);
     }
     match client

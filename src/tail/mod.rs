@@ -15,15 +15,15 @@
 
 pub mod format;
 
-use std::collections::HashMap;
 use std::io::Write;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::TailFormat;
 use crate::config::TailConfig;
-use crate::outbox::event::{MissingColumn, ResolvedMapping};
-use crate::pg::catalog::{self, CatalogError, TableName};
+use crate::outbox::event::MissingColumn;
+use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
@@ -70,12 +70,6 @@ struct Txn {
     commit_time: i64,
 }
 
-/// Per-relation routing decision: not an outbox table, or its resolved mapping.
-enum RelationRoute {
-    Ignore,
-    Outbox(TableName, ResolvedMapping),
-}
-
 /// Run tail until `limit` events were printed, the stream fails, stdout closes, or
 /// `shutdown` fires. Returns the number of events printed.
 pub async fn run(
@@ -111,7 +105,7 @@ pub async fn run(
     let mut state = TailState {
         cfg,
         decoder: Decoder::new(),
-        routes: HashMap::new(),
+        tables: OutboxTables::new(source.tables.clone(), cfg.routing.mapping.clone()),
         txn: Txn::default(),
         printed: 0,
     };
@@ -158,7 +152,7 @@ fn temporary_slot_name() -> String {
 struct TailState<'a> {
     cfg: &'a TailConfig,
     decoder: Decoder,
-    routes: HashMap<u32, RelationRoute>,
+    tables: OutboxTables,
     txn: Txn,
     printed: u64,
 }
@@ -182,23 +176,11 @@ impl TailState<'_> {
                     commit_time: begin.commit_time,
                 };
             }
-            PgOutputMessage::Relation(relation) => {
-                let table = TableName {
-                    schema: relation.namespace.clone(),
-                    name: relation.name.clone(),
-                };
-                let route = if self.cfg.source.tables.contains(&table) {
-                    let mapping = self.cfg.routing.mapping.resolve(&relation)?;
-                    RelationRoute::Outbox(table, mapping)
-                } else {
-                    RelationRoute::Ignore
-                };
-                self.routes.insert(relation.id, route);
-            }
+            PgOutputMessage::Relation(relation) => self.tables.on_relation(&relation)?,
             PgOutputMessage::Insert(insert) => {
                 let route =
-                    self.routes
-                        .get(&insert.relation_id)
+                    self.tables
+                        .route(insert.relation_id)
                         .ok_or(TailError::UnknownRelation {
                             lsn,
                             relid: insert.relation_id,

@@ -13,6 +13,10 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
+pub mod proxy;
+pub mod verify;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,9 @@
+//! The Kafka side: an idempotent producer whose delivery reports flow back to the
+//! pipeline as plain values.
+//!
+//! - [`config`]: the producer settings pgoutbox insists on, then user overrides.
+//! - [`producer`]: [`producer::KafkaSink`] — send with backpressure (queue full),
+//!   delivery reports on a channel, error classification (transient / permanent).
+
+pub mod config;
+pub mod producer;

@@ -1,0 +1,232 @@
+//! [`KafkaSink`]: hand records to librdkafka, get delivery reports back in order of
+//! completion on a channel.
+//!
+//! ```text
+//!  pipeline ─send(record, tag)─▶ ThreadedProducer ─▶ brokers
+//!      ▲                             │ (librdkafka thread polls)
+//!      └──── Delivery{tag, result} ◀─┘ ProducerContext::delivery
+//! ```
+//!
+//! Owns the translation from librdkafka outcomes to what the pipeline needs:
+//! - `send` returning [`SendError::QueueFull`] is the backpressure point: the caller
+//!   keeps the record and retries after some deliveries came back.
+//! - Every failure is classified as *permanent* (the record can never be delivered
+//!   as is: too large, topic invalid/unauthorized/unknown) or *transient* (timeouts,
+//!   transport): the pipeline stops confirming in both cases, exits on permanent ones
+//!   and reconnects on transient ones.
+//!
+//! Invariant: exactly one [`Delivery`] is reported for every record `send` accepted.
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext, Message};
+use tokio::sync::mpsc;
+
+use crate::outbox::record::KafkaRecord;
+
+/// The outcome of one record.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The tag given to [`KafkaSink::send`].
+    pub tag: usize,
+    /// Bytes the record counted in flight ([`KafkaRecord::size`]).
+    pub size: usize,
+    /// Acked, or why not.
+    pub result: Result<(), DeliveryError>,
+}
+
+/// A record librdkafka could not deliver.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("kafka did not accept event {event_id} for topic {topic:?}: {reason} ({code:?}){}", fix_for(*code))]
+pub struct DeliveryError {
+    /// librdkafka's error code.
+    pub code: RDKafkaErrorCode,
+    /// Its description.
+    pub reason: String,
+    /// Destination topic.
+    pub topic: String,
+    /// The `id` header of the record.
+    pub event_id: String,
+    /// Whether retrying the same record can never succeed.
+    pub permanent: bool,
+}
+
+fn fix_for(code: RDKafkaErrorCode) -> &'static str {
+    use RDKafkaErrorCode as E;
+    match code {
+        E::MessageSizeTooLarge | E::InvalidMessageSize => {
+            "; fix: raise the broker's message.max.bytes (and --kafka-option message.max.bytes=…), or make the payload smaller"
+        }
+        E::TopicAuthorizationFailed => "; fix: grant the relay's principal WRITE on the topic",
+        E::UnknownTopicOrPartition | E::UnknownTopic => {
+            "; fix: create the topic, or enable auto.create.topics.enable on the brokers"
+        }
+        E::InvalidTopic => "; fix: change --topic-template or the routing value so it yields a legal topic name",
+        _ => "",
+    }
+}
+
+/// Whether a Kafka error code means the record can never be delivered as is.
+pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as E;
+    matches!(
+        code,
+        E::MessageSizeTooLarge
+            | E::InvalidMessageSize
+            | E::MessageBatchTooLarge
+            | E::TopicAuthorizationFailed
+            | E::ClusterAuthorizationFailed
+            | E::UnknownTopicOrPartition
+            | E::UnknownTopic
+            | E::InvalidTopic
+            | E::InvalidRecord
+            | E::PolicyViolation
+            | E::InvalidRequiredAcks
+            | E::Fatal
+            | E::InvalidArgument
+    )
+}
+
+/// Why `send` did not take a record.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// librdkafka's queue is full: retry after deliveries came back.
+    #[error("producer queue is full")]
+    QueueFull,
+    /// The record was refused.
+    #[error(transparent)]
+    Refused(DeliveryError),
+}
+
+/// The producer could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create the Kafka producer: {0}")]
+pub struct CreateError(#[source] KafkaError);
+
+struct Context {
+    deliveries: mpsc::UnboundedSender<Delivery>,
+}
+
+impl ClientContext for Context {
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Broker-level trouble (all brokers down, auth, …): librdkafka keeps retrying;
+        // records stay in flight, so the slot does not move meanwhile.
+        tracing::warn!(error = %error, reason, "kafka client error");
+    }
+}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: usize) {
+        let (message, outcome) = match result {
+            Ok(m) => (m, Ok(())),
+            Err((err, m)) => (m, Err(err.clone())),
+        };
+        let header = |name: &str| {
+            message
+                .headers()
+                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
+        };
+        // Same formula as KafkaRecord::size, over the same raw bytes.
+        let size = message.key().map_or(0, <[u8]>::len)
+            + message.payload().map_or(0, <[u8]>::len)
+            + header("id").map_or(0, <[u8]>::len)
+            + header("event_type").map_or(0, <[u8]>::len)
+            + message.topic().len();
+        let result = outcome.map_err(|err| {
+            let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+            DeliveryError {
+                code,
+                reason: err.to_string(),
+                topic: message.topic().to_owned(),
+                event_id: header("id")
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_else(|| "<null id>".into()),
+                permanent: is_permanent(code),
+            }
+        });
+        // The receiver is gone only when the relay is shutting down.
+        let _ = self.deliveries.send(Delivery { tag, size, result });
+    }
+}
+
+/// An idempotent producer plus its delivery-report channel.
+pub struct KafkaSink {
+    producer: ThreadedProducer<Context>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+}
+
+impl KafkaSink {
+    /// Create the producer (does not wait for brokers).
+    pub fn new(config: &ClientConfig) -> Result<Self, CreateError> {
+        let (tx, deliveries) = mpsc::unbounded_channel();
+        let producer = config
+            .create_with_context(Context { deliveries: tx })
+            .map_err(CreateError)?;
+        Ok(Self {
+            producer,
+            deliveries,
+        })
+    }
+
+    /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
+    pub fn send(&self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        headers = headers.insert(Header {
+            key: "id",
+            value: record.id.as_deref(),
+        });
+        headers = headers.insert(Header {
+            key: "event_type",
+            value: record.event_type.as_deref(),
+        });
+        let mut base: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&record.topic, tag)
+                .headers(headers)
+                .timestamp(record.timestamp_ms);
+        if let Some(key) = record.key.as_deref() {
+            base = base.key(key);
+        }
+        if let Some(value) = record.value.as_deref() {
+            base = base.payload(value);
+        }
+        match self.producer.send(base) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SendError::QueueFull)
+            }
+            Err((err, _)) => {
+                let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+                Err(SendError::Refused(DeliveryError {
+                    code,
+                    reason: err.to_string(),
+                    topic: record.topic.clone(),
+                    event_id: record.id_text(),
+                    permanent: is_permanent(code),
+                }))
+            }
+        }
+    }
+
+    /// The next delivery report.
+    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+        self.deliveries.recv().await
+    }
+
+    /// A delivery report, if one is ready.
+    pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+        self.deliveries.try_recv().ok()
+    }
+
+    /// Records handed over and not yet reported.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        self.producer.flush(timeout).is_ok()
+    }
+}

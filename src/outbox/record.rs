@@ -1,0 +1,122 @@
+//! Outbox event → Kafka record.
+//!
+//! Owns the contract of PRODUCT.md: topic = template with the route value; key =
+//! aggregate id (UTF-8 bytes as stored); value = payload text; headers `id` and
+//! `event_type`; timestamp = the timestamp column (falling back to the commit time
+//! when the column is absent, NULL or unparseable). Invariant: building a record
+//! never fails and never copies a value — the bytes are slices of the WAL message;
+//! the legality of the topic name is checked separately ([`routing::is_valid_topic`]).
+
+use bytes::Bytes;
+
+use crate::outbox::event::OutboxEvent;
+use crate::outbox::routing::{self, TopicTemplate};
+use crate::pg::timestamp::{parse_timestamptz_millis, to_unix_micros};
+
+/// One record ready for the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    /// Destination topic.
+    pub topic: String,
+    /// Record key (partitioning and per-key order).
+    pub key: Option<Bytes>,
+    /// Record value.
+    pub value: Option<Bytes>,
+    /// Header `id`: the event id.
+    pub id: Option<Bytes>,
+    /// Header `event_type`.
+    pub event_type: Option<Bytes>,
+    /// Record timestamp, milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+}
+
+impl KafkaRecord {
+    /// Build the record for `event`; `commit_time` (µs since 2000-01-01) is the
+    /// timestamp fallback.
+    pub fn from_event(event: &OutboxEvent, template: &TopicTemplate, commit_time: i64) -> Self {
+        let route = event
+            .route_value
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        let timestamp_ms = event
+            .timestamp
+            .as_deref()
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(parse_timestamptz_millis)
+            .unwrap_or_else(|| to_unix_micros(commit_time).div_euclid(1000));
+        Self {
+            topic: template.render(&route),
+            key: event.key.clone(),
+            value: event.payload.clone(),
+            id: event.id.clone(),
+            event_type: event.event_type.clone(),
+            timestamp_ms,
+        }
+    }
+
+    /// Whether the topic is a legal Kafka topic name.
+    pub fn has_valid_topic(&self) -> bool {
+        routing::is_valid_topic(&self.topic)
+    }
+
+    /// Bytes this record occupies in flight (key + value + headers).
+    pub fn size(&self) -> usize {
+        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+        len(&self.key) + len(&self.value) + len(&self.id) + len(&self.event_type) + self.topic.len()
+    }
+
+    /// The event id as text, for error messages.
+    pub fn id_text(&self) -> String {
+        self.id
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_else(|| "<null id>".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &'static str) -> Option<Bytes> {
+        Some(Bytes::from_static(s.as_bytes()))
+    }
+
+    #[test]
+    fn record_follows_the_contract() {
+        let ev = OutboxEvent {
+            id: b("e1"),
+            aggregate_type: b("order"),
+            route_value: b("order"),
+            key: b("42"),
+            event_type: b("Created"),
+            payload: b("{\"a\": 1}"),
+            timestamp: b("2026-11-29 13:28:54.980104+00"),
+        };
+        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 0);
+        assert_eq!(r.topic, "outbox.event.order");
+        assert_eq!(r.key, b("42"));
+        assert_eq!(r.value, b("{\"a\": 1}"));
+        assert_eq!(r.timestamp_ms, 1_795_958_934_980);
+        assert!(r.has_valid_topic());
+    }
+
+    #[test]
+    fn missing_timestamp_falls_back_to_commit_time() {
+        let ev = OutboxEvent {
+            id: None,
+            aggregate_type: None,
+            route_value: None,
+            key: None,
+            event_type: None,
+            payload: None,
+            timestamp: b("not a time"),
+        };
+        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 1_000_000);
+        assert_eq!(r.timestamp_ms, 946_684_801_000);
+        assert_eq!(r.topic, "outbox.event.");
+        assert!(r.has_valid_topic());
+        assert_eq!(r.id_text(), "<null id>");
+    }
+}

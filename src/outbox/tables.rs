@@ -1,0 +1,116 @@
+//! Which relations of the replication stream are outbox tables, and how each maps.
+//!
+//! Owns the per-relid routing decision, rebuilt whenever pgoutput sends a Relation
+//! message (it does before the first change of a relation in a session and after
+//! every schema change), so a renamed or added column is picked up in stream order.
+//! Invariant: a relation is an outbox table only if its `schema.name` is one of the
+//! configured tables; every other relation's rows are ignored.
+
+use std::collections::HashMap;
+
+use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
+use crate::pg::catalog::TableName;
+use crate::pg::pgoutput::Relation;
+
+/// What to do with rows of one relation.
+#[derive(Debug, Clone)]
+pub enum RelationRoute {
+    /// Not an outbox table.
+    Ignore,
+    /// An outbox table and its resolved column mapping.
+    Outbox(TableName, ResolvedMapping),
+}
+
+/// Routing decisions by relation id.
+#[derive(Debug, Default)]
+pub struct OutboxTables {
+    tables: Vec<TableName>,
+    mapping: ColumnMapping,
+    routes: HashMap<u32, RelationRoute>,
+}
+
+impl OutboxTables {
+    /// Outbox tables sharing one column mapping.
+    pub fn new(tables: Vec<TableName>, mapping: ColumnMapping) -> Self {
+        Self {
+            tables,
+            mapping,
+            routes: HashMap::new(),
+        }
+    }
+
+    /// Record (or replace) the decision for a relation. A configured outbox table
+    /// that lacks a mapped column is an error: the relay cannot build its records.
+    pub fn on_relation(&mut self, relation: &Relation) -> Result<(), MissingColumn> {
+        let table = TableName {
+            schema: relation.namespace.clone(),
+            name: relation.name.clone(),
+        };
+        let route = if self.tables.contains(&table) {
+            RelationRoute::Outbox(table, self.mapping.resolve(relation)?)
+        } else {
+            RelationRoute::Ignore
+        };
+        self.routes.insert(relation.id, route);
+        Ok(())
+    }
+
+    /// The decision for `relid`, `None` if no Relation message described it.
+    pub fn route(&self, relid: u32) -> Option<&RelationRoute> {
+        self.routes.get(&relid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::pgoutput::RelationColumn;
+
+    fn relation(id: u32, name: &str, cols: &[&str]) -> Relation {
+        Relation {
+            xid: None,
+            id,
+            namespace: "public".into(),
+            name: name.into(),
+            replica_identity: Default::default(),
+            columns: cols
+                .iter()
+                .map(|c| RelationColumn {
+                    flags: 0,
+                    name: (*c).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_configured_tables_route_and_relations_are_replaced() {
+        let mut t = OutboxTables::new(
+            vec![TableName::parse("public.outbox").unwrap()],
+            ColumnMapping::default(),
+        );
+        let cols = [
+            "id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ];
+        t.on_relation(&relation(1, "outbox", &cols)).unwrap();
+        t.on_relation(&relation(2, "orders", &cols)).unwrap();
+        assert!(matches!(t.route(1), Some(RelationRoute::Outbox(..))));
+        assert!(matches!(t.route(2), Some(RelationRoute::Ignore)));
+        assert!(t.route(3).is_none());
+        // The outbox loses its payload column: the next Relation message says so.
+        let err = t
+            .on_relation(&relation(
+                1,
+                "outbox",
+                &["id", "aggregate_type", "aggregate_id"],
+            ))
+            .unwrap_err();
+        assert_eq!(err.column, "payload");
+    }
+}

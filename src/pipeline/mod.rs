@@ -1,0 +1,445 @@
+//! The relay loop of one replication session: WAL in, Kafka records out, acks back
+//! into the confirmed LSN.
+//!
+//! ```text
+//!  ReplicationStream ─▶ Decoder ─▶ OutboxTables/ColumnMapping ─▶ KafkaRecord ─▶ KafkaSink
+//!        ▲                                                                        │
+//!        └── confirm(low-water) ◀── AckTracker (per transaction) ◀── Delivery ────┘
+//! ```
+//!
+//! One `biased` select with explicit priorities:
+//! 1. shutdown — stop reading WAL and drain what is in flight;
+//! 2. delivery reports — they free window space and move the low-water mark;
+//! 3. the status timer — push the confirmed LSN to the server, retry a record that
+//!    met a full producer queue, enforce the drain deadline;
+//! 4. new WAL — only while under the in-flight caps and with no record waiting.
+//!
+//! Invariants: records are produced in WAL order; the confirmed LSN is only ever the
+//! tracker's contiguous low-water mark (or a keepalive's WAL end while nothing at
+//! all is in flight) and never moves backwards; any delivery failure ends the
+//! session without confirming past the failed record; memory is bounded by the
+//! in-flight caps, not by transaction size or backlog.
+
+pub mod tracker;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+use crate::kafka::producer::{Delivery, DeliveryError, KafkaSink, SendError};
+use crate::outbox::event::{ColumnMapping, MissingColumn};
+use crate::outbox::record::KafkaRecord;
+use crate::outbox::routing::TopicTemplate;
+use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::pg::catalog::TableName;
+use crate::pg::connection::PgError;
+use crate::pg::lsn::Lsn;
+use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
+use crate::pg::protocol::ReplicationMessage;
+use crate::pg::replication::ReplicationStream;
+use tracker::{AckTracker, UnknownTxn};
+
+/// What to do with an UPDATE or DELETE on an outbox table (the default publication
+/// is insert-only, so these only appear with a hand-made publication).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUpdate {
+    /// Skip silently.
+    #[default]
+    Ignore,
+    /// Skip with a warning.
+    Warn,
+    /// Stop the relay.
+    Fail,
+}
+
+/// Settings of the relay loop.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Outbox tables.
+    pub tables: Vec<TableName>,
+    /// Column mapping.
+    pub mapping: ColumnMapping,
+    /// Topic template.
+    pub topic_template: TopicTemplate,
+    /// UPDATE/DELETE policy.
+    pub on_update: OnUpdate,
+    /// Stop reading WAL at this many unacked records.
+    pub max_in_flight_records: usize,
+    /// … or at this many unacked bytes.
+    pub max_in_flight_bytes: usize,
+    /// How long shutdown waits for in-flight records.
+    pub drain_timeout: Duration,
+    /// How often the confirmed LSN is pushed to the server when it moved.
+    pub status_interval: Duration,
+}
+
+/// Why a session ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The replication connection failed.
+    #[error("replication stream: {0}")]
+    Pg(#[from] PgError),
+    /// The replication stream ended without an error.
+    #[error("replication stream closed")]
+    StreamClosed,
+    /// A pgoutput message did not decode.
+    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    Decode {
+        lsn: Lsn,
+        #[source]
+        source: DecodeError,
+    },
+    /// An outbox table lacks a mapped column.
+    #[error(transparent)]
+    Mapping(#[from] MissingColumn),
+    /// A change referenced a relation never described.
+    #[error("pgoutput change at {lsn} refers to unknown relation {relid}")]
+    UnknownRelation { lsn: Lsn, relid: u32 },
+    /// Kafka refused or failed a record.
+    #[error(transparent)]
+    Delivery(#[from] DeliveryError),
+    /// A routing value produced an illegal topic name.
+    #[error("event {event_id} routes to topic {topic:?}, which is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-]); fix: correct the row's routing column or --topic-template")]
+    InvalidTopic { event_id: String, topic: String },
+    /// `--on-update fail` met an UPDATE/DELETE.
+    #[error("{op} on outbox table {table} at {lsn}, and --on-update is fail; fix: stop updating outbox rows, or use --on-update ignore")]
+    UpdateOnOutbox {
+        op: &'static str,
+        table: TableName,
+        lsn: Lsn,
+    },
+    /// A message that is only sent when streaming/two-phase is enabled.
+    #[error("unexpected pgoutput {0} message: pgoutbox does not enable streaming or two_phase")]
+    UnexpectedMessage(&'static str),
+    /// Internal accounting error (a bug).
+    #[error("delivery accounting: {0}")]
+    Tracker(#[from] UnknownTxn),
+}
+
+impl PipelineError {
+    /// Whether reconnecting and resuming from the slot may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PipelineError::Pg(e) => e.is_transient(),
+            PipelineError::StreamClosed => true,
+            PipelineError::Delivery(e) => !e.permanent,
+            _ => false,
+        }
+    }
+}
+
+/// Counters of one session.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SessionStats {
+    /// Records handed to the producer.
+    pub produced: u64,
+    /// Records acked.
+    pub acked: u64,
+    /// The last confirmed LSN.
+    pub confirmed: Lsn,
+    /// Whether shutdown gave up waiting for in-flight records.
+    pub drain_timed_out: bool,
+}
+
+/// Bits of a delivery tag used for the transaction number; the rest carries the
+/// session generation, so reports of an earlier session are recognised and ignored.
+const TXN_BITS: u32 = 48;
+
+/// What woke the loop.
+enum Step {
+    Shutdown,
+    Delivery(Option<Delivery>),
+    Tick,
+    Wal(Option<Result<ReplicationMessage, PgError>>),
+    Progress,
+}
+
+/// How often a progress line is logged.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
+
+struct Txn {
+    no: u64,
+    commit_time: i64,
+}
+
+struct Pending {
+    record: KafkaRecord,
+    txn: u64,
+}
+
+/// One replication session's loop state.
+pub struct Session<'a> {
+    cfg: &'a PipelineConfig,
+    sink: &'a mut KafkaSink,
+    stream: ReplicationStream,
+    generation: u16,
+    decoder: Decoder,
+    tables: OutboxTables,
+    tracker: AckTracker,
+    txn: Option<Txn>,
+    pending: Option<Pending>,
+    stats: SessionStats,
+    reported: Lsn,
+}
+
+impl<'a> Session<'a> {
+    /// A session over a started stream. `generation` must differ from the previous
+    /// session's so stale delivery reports are told apart.
+    pub fn new(
+        cfg: &'a PipelineConfig,
+        sink: &'a mut KafkaSink,
+        stream: ReplicationStream,
+        generation: u16,
+    ) -> Self {
+        Self {
+            cfg,
+            sink,
+            stream,
+            generation,
+            decoder: Decoder::new(),
+            tables: OutboxTables::new(cfg.tables.clone(), cfg.mapping.clone()),
+            tracker: AckTracker::new(),
+            txn: None,
+            pending: None,
+            stats: SessionStats::default(),
+            reported: Lsn::INVALID,
+        }
+    }
+
+    /// Run until shutdown (then drain, confirm, close) or an error.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
+        let result = self.run_loop(shutdown).await;
+        // Whatever happened, tell the server what is safely delivered.
+        self.stats.confirmed = self.tracker.confirmed();
+        self.stream.confirm(self.tracker.confirmed());
+        if let Err(err) = self.stream.close().await {
+            tracing::debug!(error = %err, "closing replication stream");
+        }
+        result.map(|()| self.stats)
+    }
+
+    async fn run_loop(&mut self, shutdown: CancellationToken) -> Result<(), PipelineError> {
+        let mut status = tokio::time::interval(self.cfg.status_interval);
+        status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut drain_deadline: Option<tokio::time::Instant> = None;
+        let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
+        progress.reset();
+        loop {
+            if drain_deadline.is_some() && self.tracker.in_flight_records() == 0 {
+                return Ok(());
+            }
+            let can_read = drain_deadline.is_none()
+                && self.pending.is_none()
+                && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
+                && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes;
+            let step = tokio::select! {
+                biased;
+                // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
+                _ = shutdown.cancelled(), if drain_deadline.is_none() => Step::Shutdown,
+                // PRIORITY 2: delivery reports.
+                delivery = self.sink.next_delivery() => Step::Delivery(delivery),
+                // PRIORITY 3: status timer, queue-full retry, drain deadline.
+                _ = status.tick() => Step::Tick,
+                // PRIORITY 4: new WAL, only under the in-flight caps.
+                message = self.stream.recv(), if can_read => Step::Wal(message),
+                // PRIORITY 5: a periodic progress line for operators.
+                _ = progress.tick() => Step::Progress,
+            };
+            match step {
+                Step::Shutdown => {
+                    tracing::info!(
+                        in_flight = self.tracker.in_flight_records(),
+                        "draining in-flight records"
+                    );
+                    drain_deadline = Some(tokio::time::Instant::now() + self.cfg.drain_timeout);
+                    // A record still waiting for queue space was never handed over.
+                    self.pending = None;
+                }
+                Step::Delivery(None) => return Err(PipelineError::StreamClosed),
+                Step::Delivery(Some(delivery)) => {
+                    // Take every report that is ready in one go.
+                    self.on_delivery(delivery)?;
+                    while let Some(more) = self.sink.try_next_delivery() {
+                        self.on_delivery(more)?;
+                    }
+                    if drain_deadline.is_none() {
+                        self.retry_pending()?;
+                    }
+                }
+                Step::Tick => {
+                    self.report_status();
+                    if drain_deadline.is_none() {
+                        self.retry_pending()?;
+                    }
+                    if drain_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        tracing::warn!(
+                            in_flight = self.tracker.in_flight_records(),
+                            "drain timeout: exiting with records in flight; they will be resent from the slot"
+                        );
+                        self.stats.drain_timed_out = true;
+                        return Ok(());
+                    }
+                }
+                Step::Progress => tracing::info!(
+                    produced = self.stats.produced,
+                    acked = self.stats.acked,
+                    in_flight = self.tracker.in_flight_records(),
+                    in_flight_bytes = self.tracker.in_flight_bytes(),
+                    open_txns = self.tracker.pending_txns(),
+                    waiting_for_queue = self.pending.is_some(),
+                    confirmed = %self.tracker.confirmed(),
+                    "progress"
+                ),
+                Step::Wal(None) => return Err(PipelineError::StreamClosed),
+                Step::Wal(Some(Err(err))) => return Err(err.into()),
+                Step::Wal(Some(Ok(message))) => self.on_wal(message)?,
+            }
+        }
+    }
+
+    fn report_status(&mut self) {
+        let confirmed = self.tracker.confirmed();
+        if confirmed > self.reported {
+            self.stream.confirm(confirmed);
+            self.stream.send_status_now();
+            self.reported = confirmed;
+        }
+    }
+
+    fn on_delivery(&mut self, delivery: Delivery) -> Result<(), PipelineError> {
+        let generation = delivery.tag >> TXN_BITS;
+        if generation != usize::from(self.generation) {
+            return Ok(()); // a record of an earlier session: it will be resent anyway
+        }
+        delivery.result?;
+        let txn = (delivery.tag & ((1 << TXN_BITS) - 1)) as u64;
+        self.stats.acked += 1;
+        if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
+            self.stream.confirm(lsn);
+        }
+        Ok(())
+    }
+
+    fn tag(&self, txn: u64) -> usize {
+        (usize::from(self.generation) << TXN_BITS) | (txn as usize & ((1 << TXN_BITS) - 1))
+    }
+
+    fn send(&mut self, record: KafkaRecord, txn: u64) -> Result<(), PipelineError> {
+        match self.sink.send(&record, self.tag(txn)) {
+            Ok(()) => {
+                self.tracker.sent(txn, record.size())?;
+                self.stats.produced += 1;
+                Ok(())
+            }
+            Err(SendError::QueueFull) => {
+                self.pending = Some(Pending { record, txn });
+                Ok(())
+            }
+            Err(SendError::Refused(err)) => Err(err.into()),
+        }
+    }
+
+    fn retry_pending(&mut self) -> Result<(), PipelineError> {
+        match self.pending.take() {
+            Some(Pending { record, txn }) => self.send(record, txn),
+            None => Ok(()),
+        }
+    }
+
+    fn on_wal(&mut self, message: ReplicationMessage) -> Result<(), PipelineError> {
+        match message {
+            ReplicationMessage::XLogData {
+                wal_start, data, ..
+            } => self.on_pgoutput(wal_start, data),
+            ReplicationMessage::PrimaryKeepalive { wal_end, .. } => {
+                // Nothing open and nothing in flight: everything up to the server's
+                // WAL end holds no undelivered outbox row. Confirming it keeps an idle
+                // outbox on a busy database from pinning WAL.
+                if self.txn.is_none() {
+                    if let Some(lsn) = self.tracker.confirm_idle(wal_end) {
+                        self.stream.confirm(lsn);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn on_pgoutput(&mut self, lsn: Lsn, data: Bytes) -> Result<(), PipelineError> {
+        let message = self
+            .decoder
+            .decode(data)
+            .map_err(|source| PipelineError::Decode { lsn, source })?;
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                let no = self.tracker.begin();
+                self.txn = Some(Txn {
+                    no,
+                    commit_time: begin.commit_time,
+                });
+            }
+            PgOutputMessage::Commit(commit) => {
+                if let Some(txn) = self.txn.take() {
+                    if let Some(confirmed) = self.tracker.commit(txn.no, commit.end_lsn)? {
+                        self.stream.confirm(confirmed);
+                    }
+                }
+            }
+            PgOutputMessage::Relation(relation) => self.tables.on_relation(&relation)?,
+            PgOutputMessage::Insert(insert) => {
+                let route = self.tables.route(insert.relation_id).ok_or(
+                    PipelineError::UnknownRelation {
+                        lsn,
+                        relid: insert.relation_id,
+                    },
+                )?;
+                let RelationRoute::Outbox(_, mapping) = route else {
+                    return Ok(());
+                };
+                let Some(txn) = &self.txn else { return Ok(()) };
+                let event = mapping.event(&insert.tuple);
+                let record =
+                    KafkaRecord::from_event(&event, &self.cfg.topic_template, txn.commit_time);
+                if !record.has_valid_topic() {
+                    return Err(PipelineError::InvalidTopic {
+                        event_id: record.id_text(),
+                        topic: record.topic,
+                    });
+                }
+                let no = txn.no;
+                self.send(record, no)?;
+            }
+            PgOutputMessage::Update(update) => self.on_update("UPDATE", update.relation_id, lsn)?,
+            PgOutputMessage::Delete(delete) => self.on_update("DELETE", delete.relation_id, lsn)?,
+            PgOutputMessage::StreamStart(_) => {
+                return Err(PipelineError::UnexpectedMessage("Stream Start"))
+            }
+            PgOutputMessage::BeginPrepare(_) => {
+                return Err(PipelineError::UnexpectedMessage("Begin Prepare"))
+            }
+            // Origin, Type, Truncate, logical decoding messages: nothing to relay.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
+        let Some(RelationRoute::Outbox(table, _)) = self.tables.route(relid) else {
+            return Ok(());
+        };
+        match self.cfg.on_update {
+            OnUpdate::Ignore => Ok(()),
+            OnUpdate::Warn => {
+                tracing::warn!(op, table = %table, lsn = %lsn, "ignoring change to an outbox row");
+                Ok(())
+            }
+            OnUpdate::Fail => Err(PipelineError::UpdateOnOutbox {
+                op,
+                table: table.clone(),
+                lsn,
+            }),
+        }
+    }
+}

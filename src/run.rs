@@ -1,0 +1,242 @@
+//! `pgoutbox run`: the service.
+//!
+//! Owns startup (publication and slot created when missing), the one Kafka producer
+//! that outlives replication sessions, and the reconnect loop:
+//!
+//! ```text
+//!  ensure publication + slot ─▶ loop { connect ─ START_REPLICATION (resume at the
+//!  slot's confirmed_flush_lsn) ─ Session::run } ── transient error ─▶ back off, retry
+//!                                                └─ definite error ─▶ exit non-zero
+//! ```
+//!
+//! Invariants: a new session always resumes from the slot, so anything not confirmed
+//! is produced again (duplicates possible, loss never); "slot is active" (another
+//! relay holds it) is a transient condition — this process stands by and takes over
+//! when the slot frees up; SIGTERM/SIGINT drains, confirms and exits cleanly.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SourceConfig;
+use crate::kafka::config::{producer_config, UnsafeOption};
+use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::pg::catalog::{self, CatalogError};
+use crate::pg::connection::PgError;
+use crate::pg::lsn::Lsn;
+use crate::pg::replication::ReplicationClient;
+use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
+
+/// SQLSTATE of "replication slot … is active for PID …".
+const OBJECT_IN_USE: &str = "55006";
+
+/// Settings of `pgoutbox run`.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Where the outbox lives.
+    pub source: SourceConfig,
+    /// Replication slot.
+    pub slot: String,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// Extra librdkafka settings.
+    pub kafka_options: Vec<(String, String)>,
+    /// The relay loop's settings.
+    pub pipeline: PipelineConfig,
+    /// Longest wait between reconnect attempts.
+    pub max_backoff: Duration,
+}
+
+/// Why the service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A Kafka option is refused.
+    #[error(transparent)]
+    Option(#[from] UnsafeOption),
+    /// The producer could not be created.
+    #[error(transparent)]
+    Producer(#[from] CreateError),
+    /// Publication/slot setup or lookup failed.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The session failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+impl RunError {
+    fn is_transient(&self) -> bool {
+        match self {
+            RunError::Catalog(e) => e.is_transient(),
+            RunError::Pipeline(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    fn is_slot_in_use(&self) -> bool {
+        matches!(self, RunError::Pipeline(PipelineError::Pg(e)) if e.code() == Some(OBJECT_IN_USE))
+    }
+}
+
+/// Run the relay until `shutdown` fires or a definite error occurs.
+pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
+    let mut sink = KafkaSink::new(&producer_config(&cfg.brokers, &cfg.kafka_options)?)?;
+    retry(cfg, &shutdown, || ensure_objects(cfg)).await?;
+    let mut generation: u16 = 0;
+    let mut backoff = Backoff::new(cfg.max_backoff);
+    let mut standing_by = false;
+    while !shutdown.is_cancelled() {
+        let started = tokio::time::Instant::now();
+        match session(cfg, &mut sink, generation, &shutdown).await {
+            Ok(stats) => {
+                tracing::info!(
+                    produced = stats.produced,
+                    acked = stats.acked,
+                    confirmed = %stats.confirmed,
+                    drain_timed_out = stats.drain_timed_out,
+                    "stopped"
+                );
+                return Ok(());
+            }
+            Err(err) if err.is_transient() => {
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff.reset();
+                }
+                let delay = backoff.next();
+                if err.is_slot_in_use() {
+                    if !standing_by {
+                        tracing::info!(slot = %cfg.slot, error = %err, "slot is held by another process; standing by to take over");
+                    }
+                    standing_by = true;
+                } else {
+                    tracing::warn!(error = %err, retry_in = ?delay, "replication session interrupted; resuming from the slot");
+                    standing_by = false;
+                }
+                generation = generation.wrapping_add(1);
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_objects(cfg: &RunConfig) -> Result<(), RunError> {
+    let client = catalog::connect(&cfg.source.conninfo).await?;
+    catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
+    catalog::ensure_slot(&client, &cfg.slot).await?;
+    Ok(())
+}
+
+/// Retry `op` on transient errors with back-off until it succeeds or shutdown.
+async fn retry<F, Fut>(
+    cfg: &RunConfig,
+    shutdown: &CancellationToken,
+    mut op: F,
+) -> Result<(), RunError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), RunError>>,
+{
+    let mut backoff = Backoff::new(cfg.max_backoff);
+    loop {
+        match op().await {
+            Err(err) if err.is_transient() && !shutdown.is_cancelled() => {
+                let delay = backoff.next();
+                tracing::warn!(error = %err, retry_in = ?delay, "cannot reach PostgreSQL; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn session(
+    cfg: &RunConfig,
+    sink: &mut KafkaSink,
+    generation: u16,
+    shutdown: &CancellationToken,
+) -> Result<SessionStats, RunError> {
+    let start = {
+        let client = catalog::connect(&cfg.source.conninfo).await?;
+        let info = catalog::slot_info(&client, &cfg.slot)
+            .await?
+            .ok_or_else(|| CatalogError::MissingSlot {
+                slot: cfg.slot.clone(),
+            })?;
+        catalog::check_slot_kind(&info)?;
+        catalog::check_slot_database(&client, &info).await?;
+        info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID)
+    };
+    let client = ReplicationClient::connect(&cfg.source.conninfo)
+        .await
+        .map_err(PipelineError::Pg)?;
+    let stream = client
+        .start_pgoutput(
+            &cfg.slot,
+            Lsn::INVALID,
+            std::slice::from_ref(&cfg.source.publication),
+        )
+        .await
+        .map_err(|e: PgError| PipelineError::Pg(e))?;
+    let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
+    tracing::info!(
+        slot = %cfg.slot,
+        start_lsn = %start,
+        brokers = %cfg.brokers,
+        tables = %tables.join(","),
+        publication = %cfg.source.publication,
+        "relaying outbox to kafka"
+    );
+    Ok(Session::new(&cfg.pipeline, sink, stream, generation)
+        .run(shutdown.clone())
+        .await?)
+}
+
+/// Exponential back-off from 250 ms up to a cap.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(250);
+
+    fn new(max: Duration) -> Self {
+        Self {
+            next: Self::FIRST,
+            max,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1));
+        let seq: Vec<u128> = (0..5).map(|_| b.next().as_millis()).collect();
+        assert_eq!(seq, [250, 500, 1000, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(250));
+    }
+}

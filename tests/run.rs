@@ -1,0 +1,483 @@
+//! `pgoutbox run` end to end: real PostgreSQL, real Kafka-protocol broker (tansu),
+//! records read back with rdkafka over real sockets.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::kafka::{Broker, Reader};
+use support::verify::{verify, Ledger};
+use support::{wait_for, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
+
+fn uuid(rng: &mut Rng) -> String {
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Start `pgoutbox run` for `db` (slot and topic prefix named after the database)
+/// and wait until it streams.
+fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
+    let url = db.url();
+    let template = format!("{}.${{routedByValue}}", db.name);
+    let mut args = vec![
+        "run",
+        "--database-url",
+        &url,
+        "--brokers",
+        broker,
+        "--slot",
+        &db.name,
+        "--topic-template",
+        &template,
+    ];
+    args.extend_from_slice(extra);
+    let relay = Pgoutbox::spawn(&args);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
+}
+
+fn topics(db: &TestDb<'_>, types: &[&str]) -> Vec<String> {
+    types.iter().map(|t| format!("{}.{t}", db.name)).collect()
+}
+
+fn slot_lsn(db: &TestDb<'_>, column: &str) -> u64 {
+    let text = db.psql(&format!(
+        "SELECT {column} - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
+        db.name
+    ));
+    text.parse::<f64>().unwrap_or(0.0) as u64
+}
+
+fn current_lsn(db: &TestDb<'_>) -> u64 {
+    db.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+        .parse::<f64>()
+        .unwrap() as u64
+}
+
+/// The shape of a write load: aggregate types, number of distinct keys,
+/// transaction size 1..=max_rows, and whether rollbacks are mixed in.
+struct Workload<'a> {
+    types: &'a [&'a str],
+    keys: u64,
+    max_rows: u64,
+    rollbacks: bool,
+}
+
+/// Insert `n` events following `w`, recording the committed ones in `ledger`.
+async fn write_events(
+    client: &tokio_postgres::Client,
+    rng: &mut Rng,
+    ledger: &mut Ledger,
+    w: &Workload<'_>,
+    n: usize,
+) {
+    let (types, keys, max_rows, with_rollbacks) = (w.types, w.keys, w.max_rows, w.rollbacks);
+    let mut written = 0;
+    while written < n {
+        let rows = (rng.range(1, max_rows) as usize).min(n - written);
+        let mut sql = String::from("BEGIN;");
+        let mut batch = Vec::new();
+        for _ in 0..rows {
+            let id = uuid(rng);
+            let key = format!("key-{}", rng.range(0, keys - 1));
+            let t = types[rng.range(0, types.len() as u64 - 1) as usize];
+            sql.push_str(&format!(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES \
+                 ('{id}', '{t}', '{key}', 'Happened', '{{\"n\": {written}, \"key\": \"{key}\"}}');"
+            ));
+            batch.push((id, key));
+            written += 1;
+            if with_rollbacks && rng.range(0, 19) == 0 {
+                sql.push_str(&format!(
+                    "SAVEPOINT s; INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES ('{}', '{t}', 'ghost', 'RolledBack', '{{}}'); ROLLBACK TO SAVEPOINT s;",
+                    uuid(rng)
+                ));
+            }
+        }
+        sql.push_str("COMMIT;");
+        client.batch_execute(&sql).await.unwrap();
+        for (id, key) in batch {
+            ledger.push(id, key);
+        }
+        if with_rollbacks && rng.range(0, 9) == 0 {
+            client
+                .batch_execute(&format!(
+                    "BEGIN; INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES ('{}', 'order', 'ghost', 'RolledBack', '{{}}'); ROLLBACK;",
+                    uuid(rng)
+                ))
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_events_arrive_exactly_once_with_contract_fields() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    let client = db.client().await;
+    let mut rng = Rng::new(20_000);
+    let mut ledger = Ledger::default();
+    let types = ["order", "payment"];
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &types,
+            keys: 20,
+            max_rows: 100,
+            rollbacks: true,
+        },
+        20_000,
+    )
+    .await;
+
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &types));
+    reader.read_until("20,000 records", WAIT * 3, |r| r.len() >= 20_000);
+    reader.settle(Duration::from_secs(2));
+    let verdict = verify(&ledger, &reader.records);
+    verdict.assert_no_loss();
+    assert_eq!(
+        verdict.duplicated_total, 0,
+        "no restart happened: {verdict:?}"
+    );
+    assert_eq!(verdict.delivered, 20_000);
+
+    // Every field against the row as PostgreSQL stored it.
+    let rows: HashMap<String, (String, String, String, i64)> = client
+        .query(
+            "SELECT id::text, aggregate_type, aggregate_id, payload::text, \
+                    floor(extract(epoch from created_at) * 1000)::bigint FROM outbox",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3), r.get(4))))
+        .collect();
+    for rec in &reader.records {
+        let (agg_type, agg_id, payload, created_ms) = &rows[&rec.id()];
+        assert_eq!(rec.topic, format!("{}.{agg_type}", db.name));
+        assert_eq!(rec.key.as_deref(), Some(agg_id.as_bytes()));
+        assert_eq!(rec.value.as_deref(), Some(payload.as_bytes()));
+        assert_eq!(rec.header("event_type").as_deref(), Some("Happened"));
+        assert_eq!(rec.timestamp, Some(*created_ms), "timestamp = created_at");
+    }
+    // Same key → same partition (murmur2), so per-key order is checkable at all.
+    let mut partition_of: HashMap<(String, Vec<u8>), i32> = HashMap::new();
+    for rec in &reader.records {
+        let p = *partition_of
+            .entry((rec.topic.clone(), rec.key.clone().unwrap()))
+            .or_insert(rec.partition);
+        assert_eq!(p, rec.partition, "one key, one partition");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_is_not_confirmed_past_events_the_broker_has_not_acked() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start();
+    let relay = start_run(&db, &broker.addr(), &[]);
+    let client = db.client().await;
+    let mut rng = Rng::new(7);
+    let mut ledger = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["order"],
+            keys: 5,
+            max_rows: 5,
+            rollbacks: false,
+        },
+        10,
+    )
+    .await;
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.read_until("the first 10 records", WAIT, |r| r.len() >= 10);
+    drop(reader);
+
+    broker.stop();
+    let mut ledger_down = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger_down,
+        &Workload {
+            types: &["order"],
+            keys: 5,
+            max_rows: 10,
+            rollbacks: false,
+        },
+        50,
+    )
+    .await;
+    let committed = current_lsn(&db);
+    // For 30 s the slot must stay below the commit of the unacknowledged events.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        let confirmed = slot_lsn(&db, "confirmed_flush_lsn");
+        assert!(
+            confirmed < committed,
+            "slot confirmed {confirmed} ≥ {committed} while the broker is down"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    broker.resume();
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    let complete = reader.try_read_until(WAIT * 2, |r| {
+        let ids: std::collections::HashSet<String> = r.iter().map(|c| c.id()).collect();
+        ledger_down.committed.iter().all(|(id, _)| ids.contains(id))
+    });
+    assert!(
+        complete,
+        "events written while the broker was down did not arrive; relay:\n{}",
+        relay.stderr()
+    );
+    wait_for("slot to advance past the delivered events", WAIT, || {
+        (slot_lsn(&db, "confirmed_flush_lsn") >= committed).then_some(())
+    });
+    assert!(relay.child.id() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_outbox_on_a_busy_database_does_not_pin_wal() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    db.psql("CREATE TABLE busy (id bigserial primary key, v text)");
+    let client = db.client().await;
+    for _ in 0..100 {
+        let mut sql = String::new();
+        for _ in 0..100 {
+            sql.push_str("INSERT INTO busy (v) VALUES (repeat('x', 200));");
+        }
+        client.batch_execute(&sql).await.unwrap(); // 100 statements = 100 transactions
+    }
+    let lag = || current_lsn(&db).saturating_sub(slot_lsn(&db, "confirmed_flush_lsn"));
+    let before = lag();
+    wait_for("slot lag to drop below 1 MB", WAIT, || {
+        (lag() < 1 << 20).then_some(())
+    });
+    eprintln!(
+        "idle outbox: lag after 10,000 foreign transactions {before} bytes → {} bytes",
+        lag()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_stream_loses_nothing() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let mut relay = start_run(&db, &broker.addr(), &[]);
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (ledger, stop, url) = (ledger.clone(), stop.clone(), db.url());
+        tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut rng = Rng::new(99);
+            while !stop.load(Ordering::Relaxed) {
+                let mut local = Ledger::default();
+                write_events(
+                    &client,
+                    &mut rng,
+                    &mut local,
+                    &Workload {
+                        types: &["order"],
+                        keys: 10,
+                        max_rows: 20,
+                        rollbacks: false,
+                    },
+                    20,
+                )
+                .await;
+                ledger.lock().unwrap().committed.extend(local.committed);
+            }
+        })
+    };
+    let topic = topics(&db, &["order"]);
+    let mut reader = Reader::new(&broker.addr(), &topic);
+    reader.read_until("some records before the kill", WAIT, |r| r.len() >= 500);
+    relay.signal("KILL");
+    relay.wait_exit(WAIT);
+    let relay2 = start_run(&db, &broker.addr(), &[]);
+    reader.read_until("more records after the restart", WAIT, |r| r.len() >= 2_000);
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let ledger = ledger.lock().unwrap().clone();
+    let ids: std::collections::HashSet<String> =
+        ledger.committed.iter().map(|(id, _)| id.clone()).collect();
+    let complete = reader.try_read_until(WAIT * 2, |r| {
+        let got: std::collections::HashSet<String> = r.iter().map(|c| c.id()).collect();
+        ids.iter().all(|id| got.contains(id))
+    });
+    let verdict = verify(&ledger, &reader.records);
+    eprintln!("kill -9: {verdict:?}");
+    assert!(
+        complete,
+        "not every event arrived: {verdict:?}\nrelay:\n{}",
+        relay2.stderr()
+    );
+    verdict.assert_no_loss();
+    assert!(
+        verdict.duplicated_total <= 50_000,
+        "duplicates must be bounded by the in-flight window (50,000): {verdict:?}"
+    );
+    drop(relay2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_zero_and_restart_loses_nothing() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let mut relay = start_run(&db, &broker.addr(), &[]);
+    let client = db.client().await;
+    let mut rng = Rng::new(5);
+    let mut ledger = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["order"],
+            keys: 10,
+            max_rows: 50,
+            rollbacks: false,
+        },
+        3_000,
+    )
+    .await;
+    relay.signal("TERM");
+    let status = relay.wait_exit(WAIT);
+    assert!(
+        status.success(),
+        "SIGTERM must exit 0: {status:?}\n{}",
+        relay.stderr()
+    );
+    assert!(relay.stderr().contains("stopped"), "{}", relay.stderr());
+    let confirmed_at_exit = slot_lsn(&db, "confirmed_flush_lsn");
+    assert!(
+        confirmed_at_exit > 0,
+        "a final status update must confirm what was acked"
+    );
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["order"],
+            keys: 10,
+            max_rows: 50,
+            rollbacks: false,
+        },
+        500,
+    )
+    .await;
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    let ids: std::collections::HashSet<String> =
+        ledger.committed.iter().map(|(id, _)| id.clone()).collect();
+    reader.read_until("every committed event", WAIT * 2, |r| {
+        let got: std::collections::HashSet<String> = r.iter().map(|c| c.id()).collect();
+        ids.iter().all(|id| got.contains(id))
+    });
+    let verdict = verify(&ledger, &reader.records);
+    eprintln!("sigterm: {verdict:?}");
+    verdict.assert_no_loss();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_thousand_row_transaction_with_flat_memory() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let mut relay = start_run(&db, &broker.addr(), &[]);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'bulk', (g % 50)::text, 'Loaded', jsonb_build_object('n', g, 'pad', repeat('p', 100)) \
+         FROM generate_series(1, 200000) g",
+    );
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["bulk"]));
+    reader.read_until("200,000 records", WAIT * 5, |r| r.len() >= 200_000);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", relay.child.id())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    eprintln!(
+        "200,000-row transaction: relay peak RSS {} MB",
+        hwm_kb / 1024
+    );
+    let distinct: std::collections::HashSet<String> =
+        reader.records.iter().map(|r| r.id()).collect();
+    assert_eq!(distinct.len(), 200_000);
+    assert!(
+        hwm_kb < 100 * 1024,
+        "peak RSS {hwm_kb} kB should stay well under 100 MB"
+    );
+    relay.signal("TERM");
+    assert!(relay.wait_exit(WAIT).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_relay_stands_by_and_takes_over() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let mut first = start_run(&db, &broker.addr(), &[]);
+    let url = db.url();
+    let template = format!("{}.${{routedByValue}}", db.name);
+    let addr = broker.addr();
+    let second = Pgoutbox::spawn(&[
+        "run",
+        "--database-url",
+        &url,
+        "--brokers",
+        &addr,
+        "--slot",
+        &db.name,
+        "--topic-template",
+        &template,
+    ]);
+    second.wait_stderr("standing by", WAIT);
+    first.signal("KILL");
+    first.wait_exit(WAIT);
+    second.wait_stderr("relaying outbox to kafka", WAIT);
+    let client = db.client().await;
+    let mut rng = Rng::new(3);
+    let mut ledger = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["order"],
+            keys: 3,
+            max_rows: 5,
+            rollbacks: false,
+        },
+        20,
+    )
+    .await;
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.read_until("20 records via the standby", WAIT, |r| r.len() >= 20);
+    verify(&ledger, &reader.records).assert_no_loss();
+}

@@ -1,0 +1,289 @@
+//! Kafka side of the harness: a real tansu broker process per test binary (or per
+//! test that needs to stop it), and a consumer that reads every partition of a set
+//! of topics from the beginning over real sockets.
+//!
+//! tansu is installed pinned (version + sha256) by `scripts/install-tansu.sh` and
+//! keeps data in memory only: a restarted broker starts empty. Its reported end
+//! offsets are unreliable, so the consumer counts records instead.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::proxy::Proxy;
+use super::{on_exit, wait_for, WAIT};
+
+/// A tansu broker on a fixed loopback port. Clients reach it through a [`Proxy`]
+/// (tansu advertises the proxy's port), so a test can take "the broker" away with
+/// [`Broker::stop`] and bring it back with its data intact.
+pub struct Broker {
+    /// The port clients use (the proxy's).
+    pub port: u16,
+    /// The port tansu listens on.
+    backend: u16,
+    datadir: String,
+    child: Mutex<Option<Child>>,
+    proxy: Proxy,
+}
+
+impl Broker {
+    /// The broker shared by the tests of this binary.
+    pub fn shared() -> &'static Broker {
+        static BROKER: OnceLock<Broker> = OnceLock::new();
+        BROKER.get_or_init(Broker::start)
+    }
+
+    /// A new broker of its own (for tests that stop it).
+    pub fn start() -> Broker {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let backend = free();
+        let proxy = Proxy::start(backend);
+        let datadir = format!("/tmp/pgoutbox-test-tansu-{}-{backend}", std::process::id());
+        let broker = Broker {
+            port: proxy.port,
+            backend,
+            datadir,
+            child: Mutex::new(None),
+            proxy,
+        };
+        broker.spawn_tansu();
+        broker
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn_tansu(&self) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/start-tansu.sh");
+        let child = Command::new(script)
+            .arg(self.backend.to_string())
+            .arg(&self.datadir)
+            .arg(self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tansu (scripts/start-tansu.sh)");
+        on_exit(&format!(
+            "kill -9 {} 2>/dev/null; rm -rf {}",
+            child.id(),
+            self.datadir
+        ));
+        *self.child.lock().unwrap() = Some(child);
+        wait_for("tansu to accept connections", WAIT, || {
+            TcpStream::connect(("127.0.0.1", self.backend)).ok()
+        });
+    }
+
+    /// Take the broker away from clients: every connection is cut, new ones are
+    /// closed at once. The broker process and its data stay.
+    pub fn stop(&self) {
+        self.proxy.down();
+    }
+
+    /// Let clients reach the broker again.
+    pub fn resume(&self) {
+        self.proxy.up();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.proxy.down();
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One consumed record.
+#[derive(Debug, Clone)]
+pub struct Consumed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: HashMap<String, Vec<u8>>,
+    pub timestamp: Option<i64>,
+}
+
+impl Consumed {
+    /// A header as UTF-8 text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// The `id` header.
+    pub fn id(&self) -> String {
+        self.header("id").unwrap_or_default()
+    }
+}
+
+/// Reads all partitions of some topics from the beginning.
+///
+/// tansu quirk (0.6.0): a consumer assigned to a partition while it is still empty
+/// never receives the records produced afterwards (a fresh consumer does). So the
+/// reader rebuilds its consumer at its own positions whenever it sees nothing for a
+/// second; positions are tracked here, so no record is skipped or read twice.
+pub struct Reader {
+    brokers: String,
+    consumer: BaseConsumer,
+    /// Next offset to read, per (topic, partition).
+    positions: HashMap<(String, i32), i64>,
+    idle_since: Instant,
+    pub records: Vec<Consumed>,
+}
+
+impl Reader {
+    /// Assign every partition of `topics` from offset 0 (waiting for the topics).
+    pub fn new(brokers: &str, topics: &[String]) -> Reader {
+        let probe = Self::consumer(brokers);
+        let mut positions = HashMap::new();
+        for topic in topics {
+            let partitions = wait_for(&format!("metadata of topic {topic}"), WAIT, || {
+                let md = probe
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+                    .ok()?;
+                let t = md.topics().iter().find(|t| t.name() == topic)?;
+                (!t.partitions().is_empty() && t.error().is_none())
+                    .then(|| t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>())
+            });
+            for p in partitions {
+                positions.insert((topic.clone(), p), 0);
+            }
+        }
+        let consumer = Self::assigned(brokers, &positions);
+        Reader {
+            brokers: brokers.to_owned(),
+            consumer,
+            positions,
+            idle_since: Instant::now(),
+            records: Vec::new(),
+        }
+    }
+
+    fn consumer(brokers: &str) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", format!("verifier-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.max.bytes", "104857600")
+            .set("receive.message.max.bytes", "105000000")
+            .create()
+            .expect("consumer")
+    }
+
+    fn assigned(brokers: &str, positions: &HashMap<(String, i32), i64>) -> BaseConsumer {
+        let consumer = Self::consumer(brokers);
+        let mut assignment = TopicPartitionList::new();
+        for ((topic, p), offset) in positions {
+            assignment
+                .add_partition_offset(topic, *p, Offset::Offset(*offset))
+                .unwrap();
+        }
+        consumer.assign(&assignment).expect("assign");
+        consumer
+    }
+
+    /// Poll until `done(records)` holds, or panic after `timeout`.
+    pub fn read_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&[Consumed]) -> bool,
+    ) {
+        if !self.try_read_until(timeout, done) {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; have {} records",
+                self.records.len()
+            );
+        }
+    }
+
+    /// Poll until `done(records)` holds (true) or `timeout` passes (false).
+    pub fn try_read_until(
+        &mut self,
+        timeout: Duration,
+        done: impl Fn(&[Consumed]) -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        while !done(&self.records) {
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            self.poll(Duration::from_millis(200));
+        }
+        true
+    }
+
+    /// Keep polling for `quiet` more time (to catch duplicates/extras after a target).
+    pub fn settle(&mut self, quiet: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < quiet {
+            self.poll(Duration::from_millis(100));
+        }
+    }
+
+    fn poll(&mut self, timeout: Duration) {
+        let Some(result) = self.consumer.poll(timeout) else {
+            if self.idle_since.elapsed() > Duration::from_secs(1) {
+                self.consumer = Self::assigned(&self.brokers, &self.positions);
+                self.idle_since = Instant::now();
+            }
+            return;
+        };
+        self.idle_since = Instant::now();
+        {
+            let m = result.expect("consume");
+            let position = self
+                .positions
+                .entry((m.topic().to_owned(), m.partition()))
+                .or_insert(0);
+            if m.offset() < *position {
+                return; // already read before a rebuild
+            }
+            *position = m.offset() + 1;
+            let headers = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|x| {
+                            (
+                                x.key.to_owned(),
+                                x.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.records.push(Consumed {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                headers,
+                timestamp: m.timestamp().to_millis(),
+            });
+        }
+    }
+}
