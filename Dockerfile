@@ -4,6 +4,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY examples ./examples
 RUN cargo build --release --locked --bin pgoutbox
 
 FROM debian:bookworm-slim

@@ -95,6 +95,9 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
                     acked = stats.acked,
                     confirmed = %stats.confirmed,
                     drain_timed_out = stats.drain_timed_out,
+                    latency_samples = stats.latency.count(),
+                    latency_p50_us = stats.latency.quantile(0.5).map_or(0, |d| d.as_micros()),
+                    latency_p99_us = stats.latency.quantile(0.99).map_or(0, |d| d.as_micros()),
                     "stopped"
                 );
                 return Ok(());

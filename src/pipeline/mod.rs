@@ -20,6 +20,7 @@
 //! session without confirming past the failed record; memory is bounded by the
 //! in-flight caps, not by transaction size or backlog.
 
+pub mod latency;
 pub mod tracker;
 
 use std::time::Duration;
@@ -38,6 +39,7 @@ use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
 use crate::pg::replication::ReplicationStream;
+use latency::LatencyHistogram;
 use tracker::{AckTracker, UnknownTxn};
 
 /// What to do with an UPDATE or DELETE on an outbox table (the default publication
@@ -131,8 +133,10 @@ impl PipelineError {
 }
 
 /// Counters of one session.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct SessionStats {
+    /// Commit → ack latency of acked records.
+    pub latency: LatencyHistogram,
     /// Records handed to the producer.
     pub produced: u64,
     /// Records acked.
@@ -217,7 +221,7 @@ impl<'a> Session<'a> {
         if let Err(err) = self.stream.close().await {
             tracing::debug!(error = %err, "closing replication stream");
         }
-        result.map(|()| self.stats)
+        result.map(|()| self.stats.clone())
     }
 
     async fn run_loop(&mut self, shutdown: CancellationToken) -> Result<(), PipelineError> {
@@ -284,6 +288,8 @@ impl<'a> Session<'a> {
                 }
                 Step::Progress => tracing::info!(
                     produced = self.stats.produced,
+                    latency_p50 = ?self.stats.latency.quantile(0.5),
+                    latency_p99 = ?self.stats.latency.quantile(0.99),
                     acked = self.stats.acked,
                     in_flight = self.tracker.in_flight_records(),
                     in_flight_bytes = self.tracker.in_flight_bytes(),
@@ -316,6 +322,8 @@ impl<'a> Session<'a> {
         delivery.result?;
         let txn = (delivery.tag & ((1 << TXN_BITS) - 1)) as u64;
         self.stats.acked += 1;
+        let latency = crate::pg::timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
+        self.stats.latency.record_micros(latency);
         if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
             self.stream.confirm(lsn);
         }
@@ -374,7 +382,7 @@ impl<'a> Session<'a> {
             .map_err(|source| PipelineError::Decode { lsn, source })?;
         match message {
             PgOutputMessage::Begin(begin) => {
-                let no = self.tracker.begin();
+                let no = self.tracker.begin(begin.commit_time);
                 self.txn = Some(Txn {
                     no,
                     commit_time: begin.commit_time,

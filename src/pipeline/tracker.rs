@@ -26,6 +26,8 @@ struct TxnEntry {
     end_lsn: Option<Lsn>,
     /// Records sent and not yet acked.
     outstanding: usize,
+    /// Commit time (µs since 2000-01-01), for latency.
+    commit_time: i64,
 }
 
 /// An ack for a transaction number the tracker does not hold.
@@ -50,11 +52,12 @@ impl AckTracker {
         Self::default()
     }
 
-    /// A new transaction began; returns its number.
-    pub fn begin(&mut self) -> u64 {
+    /// A new transaction began (committed at `commit_time`); returns its number.
+    pub fn begin(&mut self, commit_time: i64) -> u64 {
         self.txns.push_back(TxnEntry {
             end_lsn: None,
             outstanding: 0,
+            commit_time,
         });
         self.front + self.txns.len() as u64 - 1
     }
@@ -79,6 +82,11 @@ impl AckTracker {
     pub fn commit(&mut self, txn: u64, end_lsn: Lsn) -> Result<Option<Lsn>, UnknownTxn> {
         self.entry(txn)?.end_lsn = Some(end_lsn);
         Ok(self.advance())
+    }
+
+    /// The commit time of an in-flight transaction.
+    pub fn commit_time(&mut self, txn: u64) -> Result<i64, UnknownTxn> {
+        Ok(self.entry(txn)?.commit_time)
     }
 
     /// A record of `txn` was acked. Returns the new confirmed LSN if it advanced.
@@ -148,11 +156,11 @@ mod tests {
     #[test]
     fn later_acks_wait_for_earlier_transactions() {
         let mut t = AckTracker::new();
-        let a = t.begin();
+        let a = t.begin(0);
         t.sent(a, 10).unwrap();
         t.sent(a, 10).unwrap();
         assert_eq!(t.commit(a, Lsn(100)).unwrap(), None);
-        let b = t.begin();
+        let b = t.begin(0);
         t.sent(b, 5).unwrap();
         assert_eq!(t.commit(b, Lsn(200)).unwrap(), None);
         // b fully acked first: nothing moves, a is still outstanding.
@@ -167,9 +175,9 @@ mod tests {
     #[test]
     fn open_transaction_blocks_and_empty_ones_confirm_at_commit() {
         let mut t = AckTracker::new();
-        let a = t.begin();
+        let a = t.begin(0);
         assert_eq!(t.commit(a, Lsn(50)).unwrap(), Some(Lsn(50)));
-        let b = t.begin();
+        let b = t.begin(0);
         t.sent(b, 1).unwrap();
         t.acked(b, 1).unwrap();
         assert_eq!(
@@ -191,7 +199,7 @@ mod tests {
     fn unknown_transactions_and_extra_acks_are_errors() {
         let mut t = AckTracker::new();
         assert_eq!(t.acked(0, 1), Err(UnknownTxn(0)));
-        let a = t.begin();
+        let a = t.begin(0);
         assert_eq!(t.acked(a, 1), Err(UnknownTxn(a)));
         t.commit(a, Lsn(1)).unwrap();
         assert_eq!(
@@ -213,7 +221,7 @@ mod tests {
             let mut outstanding: Vec<(u64, usize)> = Vec::new();
             let mut remaining = Vec::new();
             for (i, &n) in sizes.iter().enumerate() {
-                let txn = t.begin();
+                let txn = t.begin(0);
                 for _ in 0..n {
                     t.sent(txn, 1).unwrap();
                     outstanding.push((txn, i));
