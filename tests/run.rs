@@ -481,3 +481,21 @@ async fn second_relay_stands_by_and_takes_over() {
     reader.read_until("20 records via the standby", WAIT, |r| r.len() >= 20);
     verify(&ledger, &reader.records).assert_no_loss();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_timestamp_is_created_at_whatever_the_server_datestyle_and_zone() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql(&format!(
+        "ALTER DATABASE {} SET DateStyle = 'SQL, DMY'; ALTER DATABASE {} SET TimeZone = 'Asia/Kolkata'",
+        db.name, db.name
+    ));
+    let broker = Broker::shared();
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at) \
+         VALUES ('ts', '1', 'T', '{}', '2026-03-01 12:34:56.789+00')",
+    );
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["ts"]));
+    reader.read_until("the record", WAIT, |r| !r.is_empty());
+    assert_eq!(reader.records[0].timestamp, Some(1_772_368_496_789));
+}

@@ -287,6 +287,10 @@ impl PgConnection {
             ("user", &info.user),
             ("database", &info.dbname),
             ("client_encoding", "UTF8"),
+            // pgoutput renders values with the session's output settings; ISO dates
+            // are what the record timestamp parser reads (a DateStyle set in the
+            // server config would otherwise change the text of `created_at`).
+            ("DateStyle", "ISO"),
         ];
         if replication {
             params.push(("replication", "database"));
