@@ -182,7 +182,8 @@ impl RunConfig {
             max_in_flight_records: args.max_in_flight,
             max_in_flight_bytes: args.max_in_flight_bytes,
             drain_timeout: args.drain_timeout,
-            status_interval: Duration::from_secs(1),
+            // Short: the slot should follow acks closely, so a crash resends little.
+            status_interval: Duration::from_millis(100),
         };
         Ok(Self {
             source,

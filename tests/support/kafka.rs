@@ -186,6 +186,9 @@ impl Reader {
             .set("group.id", format!("verifier-{}", std::process::id()))
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
+            // tansu answers a fetch with about one batch per partition; do not let
+            // each round trip wait the default 500 ms for more bytes.
+            .set("fetch.wait.max.ms", "10")
             .set("fetch.max.bytes", "104857600")
             .set("receive.message.max.bytes", "105000000")
             .create()
@@ -239,17 +242,18 @@ impl Reader {
     pub fn settle(&mut self, quiet: Duration) {
         let start = Instant::now();
         while start.elapsed() < quiet {
-            self.poll(Duration::from_millis(100));
+            let _ = self.poll(Duration::from_millis(100));
         }
     }
 
-    fn poll(&mut self, timeout: Duration) {
+    /// Poll once; `true` if a record (new or already seen) came back.
+    fn poll(&mut self, timeout: Duration) -> bool {
         let Some(result) = self.consumer.poll(timeout) else {
             if self.idle_since.elapsed() > Duration::from_secs(1) {
                 self.consumer = Self::assigned(&self.brokers, &self.positions);
                 self.idle_since = Instant::now();
             }
-            return;
+            return false;
         };
         self.idle_since = Instant::now();
         {
@@ -259,7 +263,7 @@ impl Reader {
                 .entry((m.topic().to_owned(), m.partition()))
                 .or_insert(0);
             if m.offset() < *position {
-                return; // already read before a rebuild
+                return true; // already read before a rebuild
             }
             *position = m.offset() + 1;
             let headers = m
@@ -285,5 +289,6 @@ impl Reader {
                 timestamp: m.timestamp().to_millis(),
             });
         }
+        true
     }
 }
