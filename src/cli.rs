@@ -86,26 +86,88 @@ pub struct SourceArgs {
     pub tables: Vec<String>,
 }
 
-/// How rows become records.
+/// How rows become records. Debezium Outbox Event Router option names are accepted
+/// as flag aliases (e.g. `--table.field.event.key`).
 #[derive(Debug, Clone, Args)]
 pub struct RoutingArgs {
-    /// Column whose value fills ${routedByValue} in the topic template (Debezium route.by.field).
+    /// Column whose value fills ${routedByValue} in the topic template.
     #[arg(
         long,
+        alias = "route.by.field",
         env = "PGOUTBOX_ROUTE_BY_FIELD",
         default_value = "aggregate_type",
         value_name = "COLUMN"
     )]
     pub route_by_field: String,
 
-    /// Topic name template, Debezium syntax (route.topic.replacement).
+    /// Topic name template, Debezium syntax.
     #[arg(
         long,
+        alias = "route.topic.replacement",
         env = "PGOUTBOX_TOPIC_TEMPLATE",
         default_value = "outbox.event.${routedByValue}",
         value_name = "TEMPLATE"
     )]
     pub topic_template: String,
+
+    /// Column holding the event id (record header `id`).
+    #[arg(
+        long,
+        alias = "table.field.event.id",
+        env = "PGOUTBOX_ID_COLUMN",
+        default_value = "id",
+        value_name = "COLUMN"
+    )]
+    pub id_column: String,
+
+    /// Column holding the record key.
+    #[arg(
+        long,
+        alias = "table.field.event.key",
+        env = "PGOUTBOX_KEY_COLUMN",
+        default_value = "aggregate_id",
+        value_name = "COLUMN"
+    )]
+    pub key_column: String,
+
+    /// Column holding the event type (record header `event_type`).
+    #[arg(
+        long,
+        alias = "table.field.event.type",
+        env = "PGOUTBOX_EVENT_TYPE_COLUMN",
+        default_value = "event_type",
+        value_name = "COLUMN"
+    )]
+    pub event_type_column: String,
+
+    /// Column holding the record value.
+    #[arg(
+        long,
+        alias = "table.field.event.payload",
+        env = "PGOUTBOX_PAYLOAD_COLUMN",
+        default_value = "payload",
+        value_name = "COLUMN"
+    )]
+    pub payload_column: String,
+
+    /// Column holding the record timestamp (the commit time is used when absent or NULL).
+    #[arg(
+        long,
+        alias = "table.field.event.timestamp",
+        env = "PGOUTBOX_TIMESTAMP_COLUMN",
+        default_value = "created_at",
+        value_name = "COLUMN"
+    )]
+    pub timestamp_column: String,
+
+    /// Column reported as `aggregate_type` by tail.
+    #[arg(
+        long,
+        env = "PGOUTBOX_AGGREGATE_TYPE_COLUMN",
+        default_value = "aggregate_type",
+        value_name = "COLUMN"
+    )]
+    pub aggregate_type_column: String,
 }
 
 /// `pgoutbox tail`.
@@ -237,6 +299,27 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn debezium_names_are_aliases() {
+        let cli = Cli::try_parse_from([
+            "pgoutbox",
+            "tail",
+            "--table.field.event.key",
+            "order_id",
+            "--route.by.field",
+            "kind",
+            "--route.topic.replacement",
+            "events.${routedByValue}",
+        ])
+        .unwrap();
+        let Command::Tail(t) = cli.command else {
+            panic!()
+        };
+        assert_eq!(t.routing.key_column, "order_id");
+        assert_eq!(t.routing.route_by_field, "kind");
+        assert_eq!(t.routing.topic_template, "events.${routedByValue}");
     }
 
     #[test]

@@ -111,8 +111,13 @@ impl RoutingConfig {
     pub fn from_args(args: &RoutingArgs) -> Self {
         Self {
             mapping: ColumnMapping {
+                id: args.id_column.clone(),
+                aggregate_type: args.aggregate_type_column.clone(),
                 route_by: args.route_by_field.clone(),
-                ..ColumnMapping::default()
+                key: args.key_column.clone(),
+                event_type: args.event_type_column.clone(),
+                payload: args.payload_column.clone(),
+                timestamp: args.timestamp_column.clone(),
             },
             topic_template: TopicTemplate::new(&args.topic_template),
         }

@@ -14,10 +14,14 @@
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
+//! - [`ops`]: `check`, `status`, `teardown`.
+//! - [`debezium`]: `config import-debezium`, Debezium connector JSON → pgoutbox TOML.
 
 pub mod cli;
 pub mod config;
+pub mod debezium;
 pub mod kafka;
+pub mod ops;
 pub mod outbox;
 pub mod pg;
 pub mod pipeline;

@@ -1,0 +1,1 @@
+//! Debezium connector configuration import (placeholder, being written).
