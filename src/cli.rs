@@ -21,6 +21,20 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log format on stderr: human-readable lines, or one JSON object per line.
+    /// Filter with RUST_LOG (e.g. RUST_LOG=pgoutbox=debug).
+    #[arg(long, global = true, env = "PGOUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Readable lines (colored on a terminal).
+    Human,
+    /// One JSON object per line, for log shippers.
+    Json,
 }
 
 /// Subcommands.
@@ -253,6 +267,16 @@ pub struct RunArgs {
     /// Stop reading WAL while this many bytes (key + value + headers) await an ack.
     #[arg(long, env = "PGOUTBOX_MAX_IN_FLIGHT_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     pub max_in_flight_bytes: usize,
+
+    /// Serve /metrics (Prometheus), /healthz and /readyz here; `off` disables it.
+    /// Loopback by default: exposing it is a deliberate choice.
+    #[arg(
+        long,
+        env = "PGOUTBOX_HTTP_ADDR",
+        default_value = "127.0.0.1:9187",
+        value_name = "ADDR:PORT|off"
+    )]
+    pub http_addr: String,
 
     /// On SIGTERM, wait this long for in-flight records before exiting anyway
     /// (unconfirmed records are resent after restart).

@@ -46,6 +46,9 @@ pub enum ConfigError {
     /// A zero window.
     #[error("--{0} must be at least 1")]
     ZeroWindow(&'static str),
+    /// Unparseable `--http-addr`.
+    #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:9187, or off")]
+    HttpAddr(String),
 }
 
 /// Where the outbox lives.
@@ -197,6 +200,13 @@ impl RunConfig {
             kafka_options,
             pipeline,
             max_backoff: Duration::from_secs(5),
+            http_addr: match args.http_addr.trim() {
+                "off" | "" => None,
+                addr => Some(
+                    addr.parse()
+                        .map_err(|_| ConfigError::HttpAddr(addr.to_owned()))?,
+                ),
+            },
         })
     }
 }

@@ -10,6 +10,7 @@
 //!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`].
 //! - [`outbox`]: row → event ([`outbox::event`]) and topic rules ([`outbox::routing`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
+//! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay loop and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
@@ -20,7 +21,9 @@
 pub mod cli;
 pub mod config;
 pub mod debezium;
+pub mod http;
 pub mod kafka;
+pub mod metrics;
 pub mod ops;
 pub mod outbox;
 pub mod pg;

@@ -7,14 +7,14 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-use pgoutbox::cli::{Cli, Command, SetupArgs};
+use pgoutbox::cli::{Cli, Command, LogFormat, SetupArgs};
 use pgoutbox::config::{validate_slot, SourceConfig, TailConfig};
 use pgoutbox::pg::catalog::Ensured;
 use pgoutbox::run::RunConfig;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -35,14 +35,18 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters.
-fn init_logging() {
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

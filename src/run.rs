@@ -14,6 +14,7 @@
 //! relay holds it) is a transient condition — this process stands by and takes over
 //! when the slot frees up; SIGTERM/SIGINT drains, confirms and exits cleanly.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::SourceConfig;
 use crate::kafka::config::{producer_config, UnsafeOption};
 use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
@@ -45,6 +47,8 @@ pub struct RunConfig {
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.
     pub max_backoff: Duration,
+    /// Where to serve /metrics, /healthz, /readyz (`None`: off).
+    pub http_addr: Option<std::net::SocketAddr>,
 }
 
 /// Why the service stopped with an error.
@@ -63,6 +67,9 @@ pub enum RunError {
     /// The session failed.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The metrics endpoint could not start.
+    #[error(transparent)]
+    Http(#[from] crate::http::BindError),
 }
 
 impl RunError {
@@ -81,14 +88,22 @@ impl RunError {
 
 /// Run the relay until `shutdown` fires or a definite error occurs.
 pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
-    let mut sink = KafkaSink::new(&producer_config(&cfg.brokers, &cfg.kafka_options)?)?;
+    let metrics = Arc::new(Metrics::default());
+    if let Some(addr) = cfg.http_addr {
+        crate::http::serve(addr, metrics.clone(), shutdown.clone()).await?;
+    }
+    let mut sink = KafkaSink::new(
+        &producer_config(&cfg.brokers, &cfg.kafka_options)?,
+        metrics.clone(),
+    )?;
+    spawn_producer_probe(&sink, metrics.clone(), shutdown.clone());
     retry(cfg, &shutdown, || ensure_objects(cfg)).await?;
     let mut generation: u16 = 0;
     let mut backoff = Backoff::new(cfg.max_backoff);
     let mut standing_by = false;
     while !shutdown.is_cancelled() {
         let started = tokio::time::Instant::now();
-        match session(cfg, &mut sink, generation, &shutdown).await {
+        match session(cfg, &mut sink, generation, &shutdown, &metrics).await {
             Ok(stats) => {
                 tracing::info!(
                     produced = stats.produced,
@@ -117,6 +132,7 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
                     standing_by = false;
                 }
                 generation = generation.wrapping_add(1);
+                metrics.reconnected();
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = tokio::time::sleep(delay) => {}
@@ -161,11 +177,32 @@ where
     }
 }
 
+/// Every few seconds, ask the brokers for metadata (in a blocking task) and record
+/// whether the producer reaches them: `/readyz` reflects a broker outage even when
+/// no record is being produced.
+fn spawn_producer_probe(sink: &KafkaSink, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    let probe = Arc::new(sink.prober());
+    tokio::spawn(async move {
+        loop {
+            let p = probe.clone();
+            let up = tokio::task::spawn_blocking(move || p(Duration::from_secs(3)))
+                .await
+                .unwrap_or(false);
+            metrics.set_producer_connected(up);
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    });
+}
+
 async fn session(
     cfg: &RunConfig,
     sink: &mut KafkaSink,
     generation: u16,
     shutdown: &CancellationToken,
+    metrics: &Arc<Metrics>,
 ) -> Result<SessionStats, RunError> {
     let start = {
         let client = catalog::connect(&cfg.source.conninfo).await?;
@@ -198,9 +235,11 @@ async fn session(
         publication = %cfg.source.publication,
         "relaying outbox to kafka"
     );
-    Ok(Session::new(&cfg.pipeline, sink, stream, generation)
-        .run(shutdown.clone())
-        .await?)
+    Ok(
+        Session::new(&cfg.pipeline, sink, stream, generation, metrics.clone())
+            .run(shutdown.clone())
+            .await?,
+    )
 }
 
 /// Exponential back-off from 250 ms up to a cap.

@@ -39,6 +39,8 @@ fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
         &db.name,
         "--topic-template",
         &template,
+        "--http-addr",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     let relay = Pgoutbox::spawn(&args);
@@ -450,6 +452,8 @@ async fn second_relay_stands_by_and_takes_over() {
     let addr = broker.addr();
     let second = Pgoutbox::spawn(&[
         "run",
+        "--http-addr",
+        "127.0.0.1:0",
         "--database-url",
         &url,
         "--brokers",
@@ -500,4 +504,86 @@ async fn record_timestamp_is_created_at_whatever_the_server_datestyle_and_zone()
     let mut reader = Reader::new(&broker.addr(), &topics(&db, &["ts"]));
     reader.read_until("the record", WAIT, |r| !r.is_empty());
     assert_eq!(reader.records[0].timestamp, Some(1_772_368_496_789));
+}
+
+/// GET `path` from the relay's HTTP endpoint (address taken from its startup log).
+fn http_get(relay: &Pgoutbox, path: &str) -> String {
+    use std::io::{Read, Write};
+    let stderr = relay.stderr();
+    let addr = stderr
+        .lines()
+        .find(|l| l.contains("serving /metrics"))
+        .and_then(|l| l.split("addr=").nth(1))
+        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
+        .expect("the relay logs its metrics address");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_progress_and_readiness_follows_the_broker() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start();
+    let relay = start_run(&db, &broker.addr(), &[]);
+    wait_for("/readyz to be ready", WAIT, || {
+        http_get(&relay, "/readyz")
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    });
+    let client = db.client().await;
+    let mut rng = Rng::new(11);
+    let mut ledger = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["order"],
+            keys: 5,
+            max_rows: 10,
+            rollbacks: false,
+        },
+        100,
+    )
+    .await;
+    let topic = format!("{}.order", db.name);
+    let published = format!("outbox_events_published_total{{topic=\"{topic}\"}} 100");
+    let metrics = wait_for("100 published records in /metrics", WAIT, || {
+        let m = http_get(&relay, "/metrics");
+        m.contains(&published).then_some(m)
+    });
+    assert!(
+        metrics.contains("outbox_relay_latency_seconds_count 100"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("outbox_relay_latency_seconds_bucket{le=\"+Inf\"} 100"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pgoutbox_slot_lag_bytes "), "{metrics}");
+    assert!(
+        metrics.contains("pgoutbox_replication_connected 1"),
+        "{metrics}"
+    );
+    assert!(http_get(&relay, "/healthz").starts_with("HTTP/1.1 200"));
+
+    broker.stop();
+    wait_for("/readyz to report the broker outage", WAIT, || {
+        http_get(&relay, "/readyz")
+            .starts_with("HTTP/1.1 503")
+            .then_some(())
+    });
+    assert!(
+        http_get(&relay, "/healthz").starts_with("HTTP/1.1 200"),
+        "alive while not ready"
+    );
+    broker.resume();
+    wait_for("/readyz to recover", WAIT, || {
+        http_get(&relay, "/readyz")
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    });
 }

@@ -21,7 +21,11 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message};
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
+
+use crate::metrics::Metrics;
 
 use crate::outbox::record::KafkaRecord;
 
@@ -106,12 +110,16 @@ pub struct CreateError(#[source] KafkaError);
 
 struct Context {
     deliveries: mpsc::UnboundedSender<Delivery>,
+    metrics: Arc<Metrics>,
 }
 
 impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
         // Broker-level trouble (all brokers down, auth, …): librdkafka keeps retrying;
         // records stay in flight, so the slot does not move meanwhile.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.metrics.set_producer_connected(false);
+        }
         tracing::warn!(error = %error, reason, "kafka client error");
     }
 }
@@ -135,6 +143,13 @@ impl ProducerContext for Context {
             + header("id").map_or(0, <[u8]>::len)
             + header("event_type").map_or(0, <[u8]>::len)
             + message.topic().len();
+        match &outcome {
+            Ok(()) => {
+                self.metrics.published(message.topic());
+                self.metrics.set_producer_connected(true);
+            }
+            Err(_) => self.metrics.failed(message.topic()),
+        }
         let result = outcome.map_err(|err| {
             let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
             DeliveryError {
@@ -160,10 +175,13 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
-    pub fn new(config: &ClientConfig) -> Result<Self, CreateError> {
+    pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
         let producer = config
-            .create_with_context(Context { deliveries: tx })
+            .create_with_context(Context {
+                deliveries: tx,
+                metrics,
+            })
             .map_err(CreateError)?;
         Ok(Self {
             producer,
@@ -223,6 +241,13 @@ impl KafkaSink {
     /// Records handed over and not yet reported.
     pub fn in_flight(&self) -> i32 {
         self.producer.in_flight_count()
+    }
+
+    /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
+    /// Cloneable into a blocking task (the producer is reference-counted).
+    pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
+        let producer = self.producer.clone();
+        move |timeout| producer.client().fetch_metadata(None, timeout).is_ok()
     }
 
     /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.

@@ -23,12 +23,14 @@
 pub mod latency;
 pub mod tracker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::kafka::producer::{Delivery, DeliveryError, KafkaSink, SendError};
+use crate::metrics::Metrics;
 use crate::outbox::event::{ColumnMapping, MissingColumn};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::TopicTemplate;
@@ -176,6 +178,9 @@ struct Pending {
 /// One replication session's loop state.
 pub struct Session<'a> {
     cfg: &'a PipelineConfig,
+    metrics: Arc<Metrics>,
+    /// The server's WAL end as last reported (for the lag gauge).
+    server_wal_end: Lsn,
     sink: &'a mut KafkaSink,
     stream: ReplicationStream,
     generation: u16,
@@ -196,9 +201,13 @@ impl<'a> Session<'a> {
         sink: &'a mut KafkaSink,
         stream: ReplicationStream,
         generation: u16,
+        metrics: Arc<Metrics>,
     ) -> Self {
+        metrics.set_replication_connected(true);
         Self {
             cfg,
+            metrics,
+            server_wal_end: Lsn::INVALID,
             sink,
             stream,
             generation,
@@ -215,6 +224,7 @@ impl<'a> Session<'a> {
     /// Run until shutdown (then drain, confirm, close) or an error.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
         let result = self.run_loop(shutdown).await;
+        self.metrics.set_replication_connected(false);
         // Whatever happened, tell the server what is safely delivered.
         self.stats.confirmed = self.tracker.confirmed();
         self.stream.confirm(self.tracker.confirmed());
@@ -307,6 +317,12 @@ impl<'a> Session<'a> {
 
     fn report_status(&mut self) {
         let confirmed = self.tracker.confirmed();
+        self.metrics.set_in_flight(
+            self.tracker.in_flight_records(),
+            self.tracker.in_flight_bytes(),
+        );
+        self.metrics
+            .set_slot(confirmed.0, self.server_wal_end.bytes_since(confirmed));
         if confirmed > self.reported {
             self.stream.confirm(confirmed);
             self.stream.send_status_now();
@@ -324,6 +340,7 @@ impl<'a> Session<'a> {
         self.stats.acked += 1;
         let latency = crate::pg::timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
         self.stats.latency.record_micros(latency);
+        self.metrics.observe_latency_micros(latency);
         if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
             self.stream.confirm(lsn);
         }

@@ -1,0 +1,134 @@
+//! The metrics and health endpoint: `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Owns a deliberately tiny HTTP/1.1 responder (GET only, one request per
+//! connection, 8 KiB request limit) so the relay carries no web framework. It binds
+//! loopback by default; exposing it is an explicit `--http-addr 0.0.0.0:…`.
+//! Invariants: a slow or malicious client cannot block the relay (each connection
+//! is its own task with a read timeout); `/healthz` is 200 while the process runs;
+//! `/readyz` is 200 only while both the replication stream and the producer are up.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// The endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on --http-addr {addr}: {source}; fix: choose a free address or port")]
+pub struct BindError {
+    addr: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
+/// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, BindError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| BindError { addr, source })?;
+    tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = listener.accept() => {
+                    if let Ok((stream, _)) = accepted {
+                        let metrics = metrics.clone();
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(Duration::from_secs(5), respond(stream, &metrics)).await;
+                        });
+                    }
+                }
+            }
+        }
+    });
+    Ok(local)
+}
+
+async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let request = String::from_utf8_lossy(&buf);
+    let mut parts = request.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_owned()),
+        ("GET", "/readyz") if metrics.ready() => ("200 OK", "text/plain", metrics.readiness()),
+        ("GET", "/readyz") => ("503 Service Unavailable", "text/plain", metrics.readiness()),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "try /metrics, /healthz or /readyz\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET only\n".to_owned(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn endpoints_answer() {
+        let metrics = Arc::new(Metrics::default());
+        let token = CancellationToken::new();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            metrics.clone(),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        metrics.set_replication_connected(true);
+        metrics.set_producer_connected(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/metrics")
+            .await
+            .contains("outbox_relay_latency_seconds_count 0"));
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        token.cancel();
+    }
+}

@@ -1,0 +1,289 @@
+//! Process metrics and readiness, rendered in the Prometheus text format.
+//!
+//! Owns the metric names (constants below; the outbox ones are the seeds' names so
+//! existing dashboards keep working) and the shared [`Metrics`] value the pipeline,
+//! the producer callback and the HTTP endpoint use. Invariants: updates are lock-free
+//! except per-topic counters (one short mutex, no allocation after a topic's first
+//! record); rendering never blocks updates for long; readiness is true only while
+//! both the replication stream and the Kafka producer are connected.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Records acked by Kafka, per topic.
+pub const EVENTS_PUBLISHED: &str = "outbox_events_published_total";
+/// Records Kafka failed to take, per topic.
+pub const EVENTS_FAILED: &str = "outbox_events_failed_total";
+/// Commit → broker-ack latency histogram.
+pub const RELAY_LATENCY: &str = "outbox_relay_latency_seconds";
+/// WAL bytes between the server's WAL end and the confirmed LSN.
+pub const SLOT_LAG_BYTES: &str = "pgoutbox_slot_lag_bytes";
+/// The confirmed LSN as a number.
+pub const CONFIRMED_LSN: &str = "pgoutbox_confirmed_lsn";
+/// Records handed to the producer and not yet acked.
+pub const IN_FLIGHT_RECORDS: &str = "pgoutbox_in_flight_records";
+/// Bytes of those records.
+pub const IN_FLIGHT_BYTES: &str = "pgoutbox_in_flight_bytes";
+/// Replication sessions restarted after a transient error.
+pub const RECONNECTS: &str = "pgoutbox_reconnects_total";
+/// 1 while the replication stream is up.
+pub const REPLICATION_CONNECTED: &str = "pgoutbox_replication_connected";
+/// 1 while the Kafka producer reaches a broker.
+pub const PRODUCER_CONNECTED: &str = "pgoutbox_producer_connected";
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// All metrics of the process.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    published: Mutex<BTreeMap<String, u64>>,
+    failed: Mutex<BTreeMap<String, u64>>,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+    slot_lag_bytes: AtomicU64,
+    confirmed_lsn: AtomicU64,
+    in_flight_records: AtomicU64,
+    in_flight_bytes: AtomicU64,
+    reconnects: AtomicU64,
+    replication_connected: AtomicBool,
+    producer_connected: AtomicBool,
+}
+
+fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    match map.get_mut(topic) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(topic.to_owned(), 1);
+        }
+    }
+}
+
+impl Metrics {
+    /// A record for `topic` was acked.
+    pub fn published(&self, topic: &str) {
+        bump(&self.published, topic);
+    }
+
+    /// A record for `topic` failed.
+    pub fn failed(&self, topic: &str) {
+        bump(&self.failed, topic);
+    }
+
+    /// One commit → ack latency sample.
+    pub fn observe_latency_micros(&self, micros: i64) {
+        let micros = u64::try_from(micros).unwrap_or(0);
+        let secs = micros as f64 / 1e6;
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Slot lag and confirmed position.
+    pub fn set_slot(&self, confirmed: u64, lag_bytes: u64) {
+        self.confirmed_lsn.store(confirmed, Ordering::Relaxed);
+        self.slot_lag_bytes.store(lag_bytes, Ordering::Relaxed);
+    }
+
+    /// The in-flight window.
+    pub fn set_in_flight(&self, records: usize, bytes: usize) {
+        self.in_flight_records
+            .store(records as u64, Ordering::Relaxed);
+        self.in_flight_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A session restarted.
+    pub fn reconnected(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Replication stream up/down.
+    pub fn set_replication_connected(&self, up: bool) {
+        self.replication_connected.store(up, Ordering::Relaxed);
+    }
+
+    /// Producer reaches a broker or not.
+    pub fn set_producer_connected(&self, up: bool) {
+        self.producer_connected.store(up, Ordering::Relaxed);
+    }
+
+    /// Both connections are up.
+    pub fn ready(&self) -> bool {
+        self.replication_connected.load(Ordering::Relaxed)
+            && self.producer_connected.load(Ordering::Relaxed)
+    }
+
+    /// Why not ready, for the `/readyz` body.
+    pub fn readiness(&self) -> String {
+        format!(
+            "replication: {}\nproducer: {}\n",
+            if self.replication_connected.load(Ordering::Relaxed) {
+                "connected"
+            } else {
+                "down"
+            },
+            if self.producer_connected.load(Ordering::Relaxed) {
+                "connected"
+            } else {
+                "down"
+            },
+        )
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let counter_per_topic =
+            |out: &mut String, name: &str, help: &str, map: &Mutex<BTreeMap<String, u64>>| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for (topic, n) in map.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    let _ = writeln!(out, "{name}{{topic=\"{}\"}} {n}", escape(topic));
+                }
+            };
+        counter_per_topic(
+            &mut out,
+            EVENTS_PUBLISHED,
+            "Outbox records acknowledged by Kafka.",
+            &self.published,
+        );
+        counter_per_topic(
+            &mut out,
+            EVENTS_FAILED,
+            "Outbox records Kafka did not accept.",
+            &self.failed,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {RELAY_LATENCY} Time from transaction commit to Kafka acknowledgement.\n# TYPE {RELAY_LATENCY} histogram"
+        );
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            let _ = writeln!(
+                out,
+                "{RELAY_LATENCY}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{RELAY_LATENCY}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "{RELAY_LATENCY}_sum {sum}\n{RELAY_LATENCY}_count {count}"
+        );
+        let gauge = |out: &mut String, name: &str, kind: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        };
+        gauge(
+            &mut out,
+            SLOT_LAG_BYTES,
+            "gauge",
+            "WAL bytes between the server's WAL end and the confirmed LSN.",
+            self.slot_lag_bytes.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            CONFIRMED_LSN,
+            "gauge",
+            "Confirmed flush LSN (byte position).",
+            self.confirmed_lsn.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            IN_FLIGHT_RECORDS,
+            "gauge",
+            "Records awaiting a Kafka ack.",
+            self.in_flight_records.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            IN_FLIGHT_BYTES,
+            "gauge",
+            "Bytes of records awaiting a Kafka ack.",
+            self.in_flight_bytes.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            RECONNECTS,
+            "counter",
+            "Replication sessions restarted after a transient error.",
+            self.reconnects.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            REPLICATION_CONNECTED,
+            "gauge",
+            "1 while the replication stream is connected.",
+            u64::from(self.replication_connected.load(Ordering::Relaxed)),
+        );
+        gauge(
+            &mut out,
+            PRODUCER_CONNECTED,
+            "gauge",
+            "1 while the Kafka producer reaches a broker.",
+            u64::from(self.producer_connected.load(Ordering::Relaxed)),
+        );
+        out
+    }
+}
+
+/// Escape a label value (backslash, quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_histogram_and_gauges() {
+        let m = Metrics::default();
+        m.published("outbox.event.order");
+        m.published("outbox.event.order");
+        m.failed("bad\"topic");
+        m.observe_latency_micros(3_000);
+        m.observe_latency_micros(200_000);
+        m.set_slot(100, 42);
+        let text = m.render();
+        assert!(
+            text.contains("outbox_events_published_total{topic=\"outbox.event.order\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outbox_events_failed_total{topic=\"bad\\\"topic\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outbox_relay_latency_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outbox_relay_latency_seconds_bucket{le=\"0.25\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("outbox_relay_latency_seconds_count 2"),
+            "{text}"
+        );
+        assert!(text.contains("pgoutbox_slot_lag_bytes 42"), "{text}");
+        assert!(!m.ready());
+        m.set_replication_connected(true);
+        m.set_producer_connected(true);
+        assert!(m.ready());
+    }
+}
