@@ -88,11 +88,11 @@ live() {
   for _ in $(seq 1 300); do grep -q "relaying outbox to kafka" "$PGOUTBOX_DEV_DIR.live.log" && break; sleep 0.1; done
   local script; script=$(mktemp)
   echo "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('live', (random() * 100)::int::text, 'Tick', '{\"live\": true}');" > "$script"
-  "$bindir/pgbench" -n -q -f "$script" -R "$rate" -T "$secs" -c 2 -j 1 "$url" >/dev/null 2>&1
+  "$bindir/pgbench" -n -f "$script" -R "$rate" -T "$secs" -c 2 -j 1 "$url" >/dev/null 2>&1
   rm -f "$script"
   sleep 1
   kill -TERM "$pid"; wait "$pid" || true
-  grep '"stopped"\| stopped ' "$PGOUTBOX_DEV_DIR.live.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' \
+  grep ' stopped ' "$PGOUTBOX_DEV_DIR.live.log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g' \
     | grep -o 'acked=[0-9]*\|latency_p50_us=[0-9]*\|latency_p99_us=[0-9]*' | tr '\n' ' '
   echo "(rate $rate/s for ${secs}s)"
 }

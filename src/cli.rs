@@ -22,6 +22,13 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 
+    /// TOML configuration file: keys are the long flag names with `_` (e.g.
+    /// `database_url`, `brokers`, `table = [..]`), plus `[tables."schema.name"]`
+    /// sections for per-table column mapping and topic template. Precedence:
+    /// flag > environment > file > default.
+    #[arg(long, global = true, env = "PGOUTBOX_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
     /// Log format on stderr: human-readable lines, or one JSON object per line.
     /// Filter with RUST_LOG (e.g. RUST_LOG=pgoutbox=debug).
     #[arg(long, global = true, env = "PGOUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
@@ -58,6 +65,27 @@ pub enum Command {
     ///
     /// Example: pgoutbox tail --database-url postgres://app@localhost/shop --limit 10
     Tail(TailArgs),
+    /// Check everything the relay needs, report every problem in one run.
+    ///
+    /// wal_level, slot/sender headroom, role attributes, outbox tables and mapped
+    /// columns, publication, slot (plugin, wal_status), max_slot_wal_keep_size, and
+    /// the brokers when --brokers is given. Each line names the object, what was
+    /// observed and the exact fix. Exits non-zero if any check fails.
+    Check(CheckArgs),
+    /// Show the replication slot: active pid, confirmed LSN, lag, wal_status.
+    Status(StatusArgs),
+    /// Drop the replication slot and the publication (asks for --yes).
+    Teardown(TeardownArgs),
+    /// Configuration helpers: show the effective configuration, import Debezium.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// Target shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout: `pgoutbox man | man -l -`.
+    Man,
     /// Create the publication and the replication slot if they are missing.
     ///
     /// Idempotent: existing objects are checked, never altered. With --print-sql,
@@ -78,6 +106,19 @@ pub struct SourceArgs {
         hide_env_values = true
     )]
     pub database_url: Option<String>,
+
+    /// Read the connection string from this file instead (e.g. a mounted secret).
+    #[arg(
+        long,
+        env = "PGOUTBOX_DATABASE_URL_FILE",
+        value_name = "FILE",
+        conflicts_with = "database_url"
+    )]
+    pub database_url_file: Option<std::path::PathBuf>,
+
+    /// Read the database password from this file; it overrides a password in the URL.
+    #[arg(long, env = "PGOUTBOX_DATABASE_PASSWORD_FILE", value_name = "FILE")]
+    pub database_password_file: Option<std::path::PathBuf>,
 
     /// Publication that carries the outbox tables (created FOR TABLE … WITH (publish = 'insert')
     /// when missing).
@@ -238,7 +279,7 @@ pub struct RunArgs {
 
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
-    pub brokers: String,
+    pub brokers: Option<String>,
 
     /// Extra librdkafka producer setting (repeatable), e.g. --kafka-option linger.ms=10.
     /// Settings that would weaken delivery (acks, enable.idempotence) are refused.
@@ -295,6 +336,91 @@ pub enum OnUpdateArg {
     Fail,
 }
 
+/// `pgoutbox config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective `run` configuration as TOML, secrets redacted.
+    Show(Box<RunArgs>),
+    /// Translate a Debezium PostgreSQL connector + Outbox Event Router config (JSON)
+    /// into pgoutbox TOML on stdout; keys that cannot be honoured are reported on stderr.
+    ImportDebezium {
+        /// The connector JSON (Kafka Connect REST form or flat config).
+        file: std::path::PathBuf,
+    },
+}
+
+/// `pgoutbox check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    /// Replication slot the relay uses.
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub slot: String,
+
+    /// Also check these Kafka brokers are reachable.
+    #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
+    pub brokers: Option<String>,
+
+    /// Output JSON instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pgoutbox status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Replication slot to show.
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub slot: String,
+
+    /// Output JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Refresh every N seconds until interrupted.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+    pub watch: Option<u64>,
+}
+
+/// `pgoutbox teardown`.
+#[derive(Debug, Clone, Args)]
+pub struct TeardownArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Replication slot to drop.
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub slot: String,
+
+    /// Really drop them (the slot's position is lost: undelivered events must then be
+    /// recovered from the outbox table).
+    #[arg(long)]
+    pub yes: bool,
+}
+
 /// `pgoutbox setup`.
 #[derive(Debug, Clone, Args)]
 pub struct SetupArgs {
@@ -310,9 +436,14 @@ pub struct SetupArgs {
     )]
     pub slot: String,
 
-    /// Only print the SQL (publication first, then slot); change nothing.
+    /// Only print the SQL (publication first, then slot) and the least-privilege
+    /// role grants for a DBA to run; change nothing.
     #[arg(long)]
     pub print_sql: bool,
+
+    /// Role name used in the printed grants.
+    #[arg(long, default_value = "pgoutbox", value_name = "ROLE")]
+    pub role: String,
 }
 
 #[cfg(test)]

@@ -8,13 +8,16 @@
 use std::time::Duration;
 
 use crate::cli::{OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat};
+use crate::config_file::TableOverrides;
 use crate::kafka::config::UnsafeOption;
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::routing::TopicTemplate;
+use crate::outbox::tables::TableSpec;
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pipeline::{OnUpdate, PipelineConfig};
 use crate::run::RunConfig;
+use crate::secret::Secret;
 
 /// A configuration error, reported before anything connects.
 #[derive(Debug, thiserror::Error)]
@@ -40,12 +43,20 @@ pub enum ConfigError {
     UnsafeKafkaOption(#[from] UnsafeOption),
     /// Empty `--brokers`.
     #[error(
-        "--brokers / PGOUTBOX_BROKERS is empty; fix: pass host:port of at least one Kafka broker"
+        "no Kafka brokers given; fix: pass --brokers host:port (or PGOUTBOX_BROKERS, or brokers = \"…\" in the config file)"
     )]
     NoBrokers,
     /// A zero window.
     #[error("--{0} must be at least 1")]
     ZeroWindow(&'static str),
+    /// A secret file could not be read.
+    #[error("cannot read {flag} {path}: {source}")]
+    SecretFile {
+        flag: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// Unparseable `--http-addr`.
     #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:9187, or off")]
     HttpAddr(String),
@@ -65,10 +76,12 @@ pub struct SourceConfig {
 /// How rows become records.
 #[derive(Debug, Clone)]
 pub struct RoutingConfig {
-    /// Column mapping.
+    /// Column mapping (flags / env / file top level).
     pub mapping: ColumnMapping,
     /// Topic template.
     pub topic_template: TopicTemplate,
+    /// Per-table overrides from the config file's `[tables."schema.name"]`.
+    pub overrides: TableOverrides,
 }
 
 /// `pgoutbox tail`.
@@ -86,11 +99,29 @@ pub struct TailConfig {
     pub slot: Option<String>,
 }
 
+/// Read a secret file: contents trimmed of surrounding whitespace (a trailing newline
+/// from `echo` or a Kubernetes secret must not become part of the secret).
+fn read_secret(flag: &'static str, path: &std::path::Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| ConfigError::SecretFile {
+            flag,
+            path: path.to_owned(),
+            source,
+        })
+}
+
 impl SourceConfig {
     /// Validate source arguments.
     pub fn from_args(args: &SourceArgs) -> Result<Self, ConfigError> {
-        let conninfo = ConnInfo::parse(args.database_url.as_deref().unwrap_or(""))
-            .map_err(ConfigError::DatabaseUrl)?;
+        let url = match &args.database_url_file {
+            Some(path) => read_secret("--database-url-file", path)?,
+            None => args.database_url.clone().unwrap_or_default(),
+        };
+        let mut conninfo = ConnInfo::parse(&url).map_err(ConfigError::DatabaseUrl)?;
+        if let Some(path) = &args.database_password_file {
+            conninfo.password = Some(Secret::from(read_secret("--database-password-file", path)?));
+        }
         let mut tables: Vec<TableName> = Vec::new();
         for raw in &args.tables {
             let table = TableName::parse(raw).ok_or_else(|| ConfigError::Table(raw.clone()))?;
@@ -110,9 +141,10 @@ impl SourceConfig {
 }
 
 impl RoutingConfig {
-    /// Validate routing arguments.
-    pub fn from_args(args: &RoutingArgs) -> Self {
+    /// Validate routing arguments; `overrides` come from the config file.
+    pub fn from_args(args: &RoutingArgs, overrides: &TableOverrides) -> Self {
         Self {
+            overrides: overrides.clone(),
             mapping: ColumnMapping {
                 id: args.id_column.clone(),
                 aggregate_type: args.aggregate_type_column.clone(),
@@ -124,6 +156,38 @@ impl RoutingConfig {
             },
             topic_template: TopicTemplate::new(&args.topic_template),
         }
+    }
+
+    /// One spec per table: the global mapping and template, with the table's
+    /// overrides from the config file applied.
+    pub fn specs(&self, tables: &[TableName]) -> Vec<TableSpec> {
+        tables
+            .iter()
+            .map(|table| {
+                let mut mapping = self.mapping.clone();
+                let mut template = self.topic_template.clone();
+                let o = self.overrides.get(&table.to_string());
+                for (key, value) in o.into_iter().flatten() {
+                    let v = value.clone();
+                    match key.as_str() {
+                        "route_by_field" => mapping.route_by = v,
+                        "topic_template" => template = TopicTemplate::new(&v),
+                        "id_column" => mapping.id = v,
+                        "key_column" => mapping.key = v,
+                        "event_type_column" => mapping.event_type = v,
+                        "payload_column" => mapping.payload = v,
+                        "timestamp_column" => mapping.timestamp = v,
+                        "aggregate_type_column" => mapping.aggregate_type = v,
+                        _ => {}
+                    }
+                }
+                TableSpec {
+                    table: table.clone(),
+                    mapping,
+                    template,
+                }
+            })
+            .collect()
     }
 }
 
@@ -143,10 +207,10 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
 
 impl TailConfig {
     /// Validate `tail` arguments.
-    pub fn from_args(args: &TailArgs) -> Result<Self, ConfigError> {
+    pub fn from_args(args: &TailArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
         Ok(Self {
             source: SourceConfig::from_args(&args.source)?,
-            routing: RoutingConfig::from_args(&args.routing),
+            routing: RoutingConfig::from_args(&args.routing, overrides),
             format: args.format,
             limit: args.limit,
             slot: args.slot.as_deref().map(validate_slot).transpose()?,
@@ -156,9 +220,9 @@ impl TailConfig {
 
 impl RunConfig {
     /// Validate `run` arguments.
-    pub fn from_args(args: &RunArgs) -> Result<Self, ConfigError> {
+    pub fn from_args(args: &RunArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
         let source = SourceConfig::from_args(&args.source)?;
-        let routing = RoutingConfig::from_args(&args.routing);
+        let routing = RoutingConfig::from_args(&args.routing, overrides);
         let mut kafka_options = Vec::new();
         for raw in &args.kafka_options {
             let (k, v) = raw
@@ -169,7 +233,8 @@ impl RunConfig {
         }
         // Check the options now, so a refused one fails before anything connects.
         crate::kafka::config::producer_config("", &kafka_options)?;
-        if args.brokers.trim().is_empty() {
+        let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
+        if brokers.is_empty() {
             return Err(ConfigError::NoBrokers);
         }
         if args.max_in_flight == 0 {
@@ -179,9 +244,7 @@ impl RunConfig {
             return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
         }
         let pipeline = PipelineConfig {
-            tables: source.tables.clone(),
-            mapping: routing.mapping,
-            topic_template: routing.topic_template,
+            tables: routing.specs(&source.tables),
             on_update: match args.on_update {
                 OnUpdateArg::Ignore => OnUpdate::Ignore,
                 OnUpdateArg::Warn => OnUpdate::Warn,
@@ -196,7 +259,7 @@ impl RunConfig {
         Ok(Self {
             source,
             slot: validate_slot(&args.slot)?,
-            brokers: args.brokers.trim().to_owned(),
+            brokers,
             kafka_options,
             pipeline,
             max_backoff: Duration::from_secs(5),
@@ -208,6 +271,84 @@ impl RunConfig {
                 ),
             },
         })
+    }
+}
+
+impl RunConfig {
+    /// The effective configuration as config-file TOML, secrets redacted: the
+    /// database URL without its password, and any Kafka option whose name mentions
+    /// a password, secret or JAAS config.
+    pub fn show_toml(&self) -> String {
+        let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+        let list = |items: Vec<String>| {
+            format!(
+                "[{}]",
+                items.iter().map(|i| q(i)).collect::<Vec<_>>().join(", ")
+            )
+        };
+        let mut out = String::new();
+        let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
+        line("database_url", q(&self.source.conninfo.redacted()));
+        if self.source.conninfo.password.is_some() {
+            line("# database password", q("[redacted]"));
+        }
+        line("publication", q(&self.source.publication));
+        line("slot", q(&self.slot));
+        line("brokers", q(&self.brokers));
+        let options = self
+            .kafka_options
+            .iter()
+            .map(|(k, v)| {
+                let secret = ["password", "secret", "jaas", "token"]
+                    .iter()
+                    .any(|s| k.contains(s));
+                format!("{k}={}", if secret { "[redacted]" } else { v })
+            })
+            .collect();
+        line("kafka_option", list(options));
+        line(
+            "table",
+            list(
+                self.pipeline
+                    .tables
+                    .iter()
+                    .map(|t| t.table.to_string())
+                    .collect(),
+            ),
+        );
+        line(
+            "max_in_flight",
+            self.pipeline.max_in_flight_records.to_string(),
+        );
+        line(
+            "max_in_flight_bytes",
+            self.pipeline.max_in_flight_bytes.to_string(),
+        );
+        line(
+            "drain_timeout",
+            q(&humantime::format_duration(self.pipeline.drain_timeout).to_string()),
+        );
+        line(
+            "http_addr",
+            q(&self.http_addr.map_or("off".to_owned(), |a| a.to_string())),
+        );
+        for spec in &self.pipeline.tables {
+            let m = &spec.mapping;
+            out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
+            for (k, v) in [
+                ("topic_template", spec.template.as_str()),
+                ("route_by_field", m.route_by.clone()),
+                ("id_column", m.id.clone()),
+                ("key_column", m.key.clone()),
+                ("event_type_column", m.event_type.clone()),
+                ("payload_column", m.payload.clone()),
+                ("timestamp_column", m.timestamp.clone()),
+                ("aggregate_type_column", m.aggregate_type.clone()),
+            ] {
+                out.push_str(&format!("{k} = {}\n", q(&v)));
+            }
+        }
+        out
     }
 }
 
@@ -227,6 +368,8 @@ mod tests {
     fn tables_are_deduplicated_and_validated() {
         let args = SourceArgs {
             database_url: Some("postgres://u@h/db".into()),
+            database_url_file: None,
+            database_password_file: None,
             publication: "p".into(),
             tables: vec!["outbox".into(), "public.outbox".into(), "s.t".into()],
         };

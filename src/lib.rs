@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
 //! - [`config`]: validated configuration; no clap type goes past it.
+//! - [`config_file`]: the TOML file layer (flag > env > file > default).
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
@@ -20,6 +21,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod config_file;
 pub mod debezium;
 pub mod http;
 pub mod kafka;

@@ -7,12 +7,27 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
-use pgoutbox::cli::{Cli, Command, LogFormat, SetupArgs};
-use pgoutbox::config::{validate_slot, SourceConfig, TailConfig};
+use clap::CommandFactory;
+use pgoutbox::cli::{
+    CheckArgs, Cli, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs, TeardownArgs,
+};
+use pgoutbox::config::{validate_slot, RoutingConfig, SourceConfig, TailConfig};
+use pgoutbox::config_file::TableOverrides;
+use pgoutbox::ops::check::CheckInput;
 use pgoutbox::pg::catalog::Ensured;
 use pgoutbox::run::RunConfig;
 
 fn main() -> ExitCode {
+    // The config file's values become PGOUTBOX_* variables where unset, before clap
+    // reads the environment: flag > env > file > default.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let overrides = match pgoutbox::config_file::apply(&args) {
+        Ok(o) => o,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -25,7 +40,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, overrides)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -49,10 +64,10 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
     match cli.command {
         Command::Tail(args) => {
-            let cfg = TailConfig::from_args(&args)?;
+            let cfg = TailConfig::from_args(&args, &overrides)?;
             let shutdown = shutdown_on_signal();
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             let printed = pgoutbox::tail::run(&cfg, &mut stdout, shutdown)
@@ -62,8 +77,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Setup(args) => setup(args).await,
+        Command::Check(args) => check(args, &overrides).await,
+        Command::Status(args) => status(args).await,
+        Command::Teardown(args) => teardown(args).await,
+        Command::Config(ConfigCommand::Show(args)) => {
+            let cfg = RunConfig::from_args(&args, &overrides)?;
+            print!("{}", cfg.show_toml());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::ImportDebezium { file }) => {
+            let json = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let imported = pgoutbox::debezium::import(&json)?;
+            eprint!("{}", pgoutbox::debezium::render_notes(&imported.notes));
+            print!("{}", imported.toml);
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "pgoutbox", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
         Command::Run(args) => {
-            let cfg = RunConfig::from_args(&args)?;
+            let cfg = RunConfig::from_args(&args, &overrides)?;
             pgoutbox::run::run(&cfg, shutdown_on_signal())
                 .await
                 .context("relay stopped")?;
@@ -76,7 +116,12 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
     let source = SourceConfig::from_args(&args.source)?;
     let slot = validate_slot(&args.slot)?;
     if args.print_sql {
+        println!("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)");
         for statement in pgoutbox::setup::sql(&source.publication, &source.tables, &slot) {
+            println!("{statement}");
+        }
+        println!("\n-- least-privilege role for the relay");
+        for statement in pgoutbox::pg::catalog::grants_sql(&args.role, &source.tables) {
             println!("{statement}");
         }
         return Ok(());
@@ -95,6 +140,70 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         word(outcome.publication)
     );
     println!("replication slot {slot:?}: {}", word(outcome.slot));
+    Ok(())
+}
+
+async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()> {
+    let source = SourceConfig::from_args(&args.source)?;
+    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    let mut columns: Vec<String> = Vec::new();
+    for spec in routing.specs(&source.tables) {
+        let m = spec.mapping;
+        for c in [m.id, m.route_by, m.key, m.payload] {
+            if !columns.contains(&c) {
+                columns.push(c);
+            }
+        }
+    }
+    let input = CheckInput {
+        conninfo: source.conninfo.clone(),
+        publication: source.publication.clone(),
+        tables: source.tables.clone(),
+        slot: validate_slot(&args.slot)?,
+        columns,
+        brokers: args.brokers.clone(),
+    };
+    let report = pgoutbox::ops::check::check(&input).await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.render());
+    }
+    anyhow::ensure!(report.ok(), "{} check(s) failed", report.failures().count());
+    Ok(())
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let source = SourceConfig::from_args(&args.source)?;
+    let slot = validate_slot(&args.slot)?;
+    loop {
+        let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
+        if args.json {
+            println!("{}", serde_json::to_string(&status.to_json())?);
+        } else {
+            print!("{}", status.render());
+        }
+        let Some(every) = args.watch else {
+            return Ok(());
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(every.max(1))).await;
+        if !args.json {
+            println!();
+        }
+    }
+}
+
+async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
+    let source = SourceConfig::from_args(&args.source)?;
+    let slot = validate_slot(&args.slot)?;
+    anyhow::ensure!(
+        args.yes,
+        "teardown drops replication slot {slot:?} and publication {:?}; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
+        source.publication
+    );
+    let outcome =
+        pgoutbox::ops::teardown::teardown(&source.conninfo, &slot, &source.publication).await?;
+    println!("{outcome:?}");
     Ok(())
 }
 

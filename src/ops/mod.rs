@@ -2,3 +2,7 @@
 //!
 //! Each submodule is a library function returning data (so tests and `--json` share
 //! it); printing lives in `main.rs`.
+
+pub mod check;
+pub mod status;
+pub mod teardown;

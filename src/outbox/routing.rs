@@ -26,6 +26,11 @@ impl TopicTemplate {
         }
     }
 
+    /// The template text, as given.
+    pub fn as_str(&self) -> String {
+        self.pieces.join(ROUTED_BY_VALUE)
+    }
+
     /// Whether the template uses the routing value at all.
     pub fn uses_value(&self) -> bool {
         self.pieces.len() > 1

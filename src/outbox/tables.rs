@@ -9,32 +9,42 @@
 use std::collections::HashMap;
 
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
+use crate::outbox::routing::TopicTemplate;
 use crate::pg::catalog::TableName;
 use crate::pg::pgoutput::Relation;
+
+/// One outbox table with its own column mapping and topic template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    /// The table.
+    pub table: TableName,
+    /// Which column means what.
+    pub mapping: ColumnMapping,
+    /// Where its records go.
+    pub template: TopicTemplate,
+}
 
 /// What to do with rows of one relation.
 #[derive(Debug, Clone)]
 pub enum RelationRoute {
     /// Not an outbox table.
     Ignore,
-    /// An outbox table and its resolved column mapping.
-    Outbox(TableName, ResolvedMapping),
+    /// An outbox table, its resolved column mapping and its topic template.
+    Outbox(TableName, ResolvedMapping, TopicTemplate),
 }
 
 /// Routing decisions by relation id.
 #[derive(Debug, Default)]
 pub struct OutboxTables {
-    tables: Vec<TableName>,
-    mapping: ColumnMapping,
+    specs: Vec<TableSpec>,
     routes: HashMap<u32, RelationRoute>,
 }
 
 impl OutboxTables {
-    /// Outbox tables sharing one column mapping.
-    pub fn new(tables: Vec<TableName>, mapping: ColumnMapping) -> Self {
+    /// The configured outbox tables.
+    pub fn new(specs: Vec<TableSpec>) -> Self {
         Self {
-            tables,
-            mapping,
+            specs,
             routes: HashMap::new(),
         }
     }
@@ -46,10 +56,13 @@ impl OutboxTables {
             schema: relation.namespace.clone(),
             name: relation.name.clone(),
         };
-        let route = if self.tables.contains(&table) {
-            RelationRoute::Outbox(table, self.mapping.resolve(relation)?)
-        } else {
-            RelationRoute::Ignore
+        let route = match self.specs.iter().find(|s| s.table == table) {
+            Some(spec) => RelationRoute::Outbox(
+                table,
+                spec.mapping.resolve(relation)?,
+                spec.template.clone(),
+            ),
+            None => RelationRoute::Ignore,
         };
         self.routes.insert(relation.id, route);
         Ok(())
@@ -87,10 +100,11 @@ mod tests {
 
     #[test]
     fn only_configured_tables_route_and_relations_are_replaced() {
-        let mut t = OutboxTables::new(
-            vec![TableName::parse("public.outbox").unwrap()],
-            ColumnMapping::default(),
-        );
+        let mut t = OutboxTables::new(vec![TableSpec {
+            table: TableName::parse("public.outbox").unwrap(),
+            mapping: ColumnMapping::default(),
+            template: TopicTemplate::default(),
+        }]);
         let cols = [
             "id",
             "aggregate_type",

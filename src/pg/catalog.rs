@@ -25,7 +25,7 @@ use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
 #[non_exhaustive]
 pub enum CatalogError {
     /// Could not connect.
-    #[error("cannot connect to {target}: {source}")]
+    #[error("cannot connect to {target}: {}", describe(source))]
     Connect {
         target: String,
         #[source]
@@ -35,7 +35,7 @@ pub enum CatalogError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     /// A query failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", describe(source))]
     Query {
         context: String,
         #[source]
@@ -76,6 +76,44 @@ pub enum CatalogError {
     /// The slot does not exist.
     #[error("replication slot {slot:?} does not exist; fix: run `pgoutbox setup --slot {slot}` or omit --slot to use a temporary slot")]
     MissingSlot { slot: String },
+    /// The slot is in use by a walsender, so it cannot be dropped.
+    #[error("replication slot {slot:?} is active (walsender pid {pid}); fix: stop the relay first (or end that session: SELECT pg_terminate_backend({pid}))")]
+    SlotActive { slot: String, pid: i32 },
+    /// The role may not drop an object (publication: owner only; slot: REPLICATION).
+    #[error("role {role:?} may not drop {object} ({reason}); fix: have its owner or a superuser run: {sql}")]
+    DropPermission {
+        role: String,
+        object: String,
+        reason: String,
+        sql: String,
+    },
+}
+
+/// tokio-postgres prints a server error as just "db error"; show the server's
+/// message, SQLSTATE, detail and hint instead (never the password: the server does
+/// not echo it).
+pub fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!("; detail: {detail}"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!("; hint: {hint}"));
+            }
+            text
+        }
+        None => {
+            let mut text = err.to_string();
+            let mut source = std::error::Error::source(err);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        }
+    }
 }
 
 impl CatalogError {
@@ -279,6 +317,45 @@ pub async fn ensure_publication(
     }
 }
 
+/// The least-privilege setup a DBA runs for a dedicated pgoutbox role, one statement
+/// or comment per element: a `LOGIN REPLICATION` role (placeholder password), `USAGE`
+/// on each schema and `SELECT` on each outbox table. The publication is not granted
+/// here: `CREATE PUBLICATION … FOR TABLE` needs ownership of every table, which
+/// cannot be granted, so a table owner runs the statement `pgoutbox setup` prints.
+pub fn grants_sql(role: &str, tables: &[TableName]) -> Vec<String> {
+    let role_ident = quote_ident(role);
+    let mut sql = vec![
+        "-- pgoutbox role: logs in, opens replication connections, reads the outbox tables."
+            .to_owned(),
+        format!("CREATE ROLE {role_ident} WITH LOGIN REPLICATION PASSWORD 'change-me';"),
+    ];
+    let mut schemas: Vec<&str> = Vec::new();
+    for table in tables {
+        if !schemas.contains(&table.schema.as_str()) {
+            schemas.push(&table.schema);
+        }
+    }
+    for schema in schemas {
+        sql.push(format!(
+            "GRANT USAGE ON SCHEMA {} TO {role_ident};",
+            quote_ident(schema)
+        ));
+    }
+    for table in tables {
+        sql.push(format!(
+            "GRANT SELECT ON {} TO {role_ident};",
+            table.quoted()
+        ));
+    }
+    sql.push(
+        "-- CREATE PUBLICATION ... FOR TABLE needs ownership of every table, which cannot be \
+         granted: an owner of the tables runs the CREATE PUBLICATION statement that \
+         `pgoutbox setup` prints. The role creates its replication slot itself."
+            .to_owned(),
+    );
+    sql
+}
+
 async fn current_user(client: &Client) -> Option<String> {
     client
         .query_one("SELECT current_user::text", &[])
@@ -408,6 +485,41 @@ mod tests {
         assert_eq!(t.quoted(), "\"sales\".\"Order Outbox\"");
         assert!(TableName::parse("").is_none());
         assert!(TableName::parse("a.").is_none());
+    }
+
+    #[test]
+    fn grants_are_least_privilege() {
+        let tables = [
+            TableName::parse("public.outbox").unwrap(),
+            TableName::parse("sales.\"Order Outbox\"").unwrap(),
+            TableName::parse("public.outbox2").unwrap(),
+        ];
+        let sql = grants_sql("pg\"outbox", &tables);
+        let statements: Vec<&str> = sql
+            .iter()
+            .map(String::as_str)
+            .filter(|s| !s.starts_with("--"))
+            .collect();
+        assert_eq!(
+            statements,
+            [
+                "CREATE ROLE \"pg\"\"outbox\" WITH LOGIN REPLICATION PASSWORD 'change-me';",
+                "GRANT USAGE ON SCHEMA \"public\" TO \"pg\"\"outbox\";",
+                "GRANT USAGE ON SCHEMA \"sales\" TO \"pg\"\"outbox\";",
+                "GRANT SELECT ON \"public\".\"outbox\" TO \"pg\"\"outbox\";",
+                "GRANT SELECT ON \"sales\".\"Order Outbox\" TO \"pg\"\"outbox\";",
+                "GRANT SELECT ON \"public\".\"outbox2\" TO \"pg\"\"outbox\";",
+            ]
+        );
+        // Comments are single SQL lines, and say who creates the publication.
+        let comments: Vec<&String> = sql.iter().filter(|s| s.starts_with("--")).collect();
+        assert_eq!(comments.len(), 2);
+        assert!(comments.iter().all(|c| !c.contains('\n')));
+        assert!(comments[1].contains("ownership"), "{}", comments[1]);
+        assert!(comments[1].contains("pgoutbox setup"), "{}", comments[1]);
+        assert!(!sql
+            .iter()
+            .any(|s| s.contains("SUPERUSER") || s.contains("ALL PRIVILEGES")));
     }
 
     #[test]

@@ -31,10 +31,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kafka::producer::{Delivery, DeliveryError, KafkaSink, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::event::{ColumnMapping, MissingColumn};
+use crate::outbox::event::MissingColumn;
 use crate::outbox::record::KafkaRecord;
-use crate::outbox::routing::TopicTemplate;
-use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
 use crate::pg::catalog::TableName;
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
@@ -60,12 +59,8 @@ pub enum OnUpdate {
 /// Settings of the relay loop.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
-    /// Outbox tables.
-    pub tables: Vec<TableName>,
-    /// Column mapping.
-    pub mapping: ColumnMapping,
-    /// Topic template.
-    pub topic_template: TopicTemplate,
+    /// Outbox tables, each with its mapping and topic template.
+    pub tables: Vec<TableSpec>,
     /// UPDATE/DELETE policy.
     pub on_update: OnUpdate,
     /// Stop reading WAL at this many unacked records.
@@ -212,7 +207,7 @@ impl<'a> Session<'a> {
             stream,
             generation,
             decoder: Decoder::new(),
-            tables: OutboxTables::new(cfg.tables.clone(), cfg.mapping.clone()),
+            tables: OutboxTables::new(cfg.tables.clone()),
             tracker: AckTracker::new(),
             txn: None,
             pending: None,
@@ -420,13 +415,12 @@ impl<'a> Session<'a> {
                         relid: insert.relation_id,
                     },
                 )?;
-                let RelationRoute::Outbox(_, mapping) = route else {
+                let RelationRoute::Outbox(_, mapping, template) = route else {
                     return Ok(());
                 };
                 let Some(txn) = &self.txn else { return Ok(()) };
                 let event = mapping.event(&insert.tuple);
-                let record =
-                    KafkaRecord::from_event(&event, &self.cfg.topic_template, txn.commit_time);
+                let record = KafkaRecord::from_event(&event, template, txn.commit_time);
                 if !record.has_valid_topic() {
                     return Err(PipelineError::InvalidTopic {
                         event_id: record.id_text(),
@@ -451,7 +445,7 @@ impl<'a> Session<'a> {
     }
 
     fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
-        let Some(RelationRoute::Outbox(table, _)) = self.tables.route(relid) else {
+        let Some(RelationRoute::Outbox(table, _, _)) = self.tables.route(relid) else {
             return Ok(());
         };
         match self.cfg.on_update {

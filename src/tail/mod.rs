@@ -105,7 +105,7 @@ pub async fn run(
     let mut state = TailState {
         cfg,
         decoder: Decoder::new(),
-        tables: OutboxTables::new(source.tables.clone(), cfg.routing.mapping.clone()),
+        tables: OutboxTables::new(cfg.routing.specs(&source.tables)),
         txn: Txn::default(),
         printed: 0,
     };
@@ -185,7 +185,7 @@ impl TailState<'_> {
                             lsn,
                             relid: insert.relation_id,
                         })?;
-                if let RelationRoute::Outbox(table, mapping) = route {
+                if let RelationRoute::Outbox(table, mapping, template) = route {
                     if self.cfg.limit.is_some_and(|l| self.printed >= l) {
                         return Ok(());
                     }
@@ -198,7 +198,7 @@ impl TailState<'_> {
                         table,
                         op: "insert",
                         event: &event,
-                        template: &self.cfg.routing.topic_template,
+                        template,
                     };
                     match self.cfg.format {
                         TailFormat::Json => format::write_json(&line, out),

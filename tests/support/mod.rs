@@ -386,6 +386,11 @@ pub struct Pgoutbox {
 impl Pgoutbox {
     /// Start `pgoutbox <args>` with a clean PGOUTBOX_* environment.
     pub fn spawn(args: &[&str]) -> Pgoutbox {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// Start `pgoutbox <args>` with a clean PG*/PGOUTBOX_* environment plus `env`.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Pgoutbox {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
         cmd.args(args)
             .stdin(Stdio::null())
@@ -395,6 +400,10 @@ impl Pgoutbox {
             if key.starts_with("PGOUTBOX_") || key.starts_with("PG") {
                 cmd.env_remove(key);
             }
+        }
+        cmd.env("HOME", "/nonexistent"); // no ~/.pgpass of the machine running the tests
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn pgoutbox");
         let (tx, lines) = mpsc::channel();
@@ -456,6 +465,11 @@ impl Pgoutbox {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Every stdout line received so far (non-blocking).
+    pub fn stdout_so_far(&mut self) -> Vec<String> {
+        self.lines.try_iter().collect()
     }
 
     /// Wait for the process to exit; returns its status.

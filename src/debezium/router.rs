@@ -1,0 +1,422 @@
+//! The Outbox Event Router's options (`transforms.<name>.*`) → pgoutbox's column
+//! mapping and topic template.
+//!
+//! Invariant: a column Debezium leaves at its default is written explicitly under
+//! Debezium's name, so the existing table routes as it did.
+
+use crate::outbox::routing::{
+    is_valid_topic, TopicTemplate, DEFAULT_TOPIC_TEMPLATE, ROUTED_BY_VALUE,
+};
+
+use super::input::{list, resolved, Config, Notes};
+use super::{Entry, PLACEHOLDER};
+
+/// Debezium's `route.topic.regex` default: the whole route value is group 1.
+const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
+
+/// The column mapping and topic template.
+pub(super) struct Routing {
+    pub(super) route_by: Entry,
+    pub(super) topic_template: Entry,
+    pub(super) id: Entry,
+    pub(super) key: Entry,
+    pub(super) event_type: Entry,
+    pub(super) payload: Entry,
+    pub(super) timestamp: Option<Entry>,
+    pub(super) expand_json: bool,
+}
+
+pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Routing {
+    let k = |option: &str| format!("transforms.{router}.{option}");
+    let mut column = |cfg: &mut Config, option: &str, dbz: &str, toml: &str, ours: &str| {
+        let key = k(option);
+        match resolved(cfg, notes, &key) {
+            Some(v) => {
+                notes.translated(&key, Some(&v), toml.to_owned());
+                Entry::plain(v)
+            }
+            None if dbz == ours => {
+                notes.translated(&key, None, format!("Debezium's default {dbz:?} → {toml}"));
+                Entry::with(dbz.to_owned(), "Debezium default")
+            }
+            None => {
+                notes.translated(
+                    &key,
+                    None,
+                    format!(
+                        "Debezium's default {dbz:?} → {toml}, written out because pgoutbox's own \
+                            default is {ours:?}"
+                    ),
+                );
+                Entry::with(
+                    dbz.to_owned(),
+                    format!("Debezium default; pgoutbox's own is {ours}"),
+                )
+            }
+        }
+    };
+    let route_by = column(
+        cfg,
+        "route.by.field",
+        "aggregatetype",
+        "route_by_field and aggregate_type_column",
+        "aggregate_type",
+    );
+    let id = column(
+        cfg,
+        "table.field.event.id",
+        "id",
+        "id_column (header id)",
+        "id",
+    );
+    let key = column(
+        cfg,
+        "table.field.event.key",
+        "aggregateid",
+        "key_column (record key)",
+        "aggregate_id",
+    );
+    let event_type = column(
+        cfg,
+        "table.field.event.type",
+        "type",
+        "event_type_column (pgoutbox also sends it as header event_type)",
+        "event_type",
+    );
+    let payload = column(
+        cfg,
+        "table.field.event.payload",
+        "payload",
+        "payload_column (record value)",
+        "payload",
+    );
+
+    let ts_key = k("table.field.event.timestamp");
+    let timestamp = match resolved(cfg, notes, &ts_key) {
+        Some(v) => {
+            notes.translated(&ts_key, Some(&v), "timestamp_column (record timestamp)");
+            Some(Entry::plain(v))
+        }
+        None => {
+            notes.ignored(
+                &ts_key,
+                None,
+                "Debezium stamped records with its processing time; pgoutbox uses the column \
+                    created_at when the table has one, else the commit time",
+            );
+            None
+        }
+    };
+
+    let topic_template = topic_template(cfg, notes, router);
+    let expand_json = cfg
+        .get_bool(&k("table.expand.json.payload"))
+        .unwrap_or(false);
+    router_options(cfg, notes, router, &id.value, &event_type.value);
+    Routing {
+        route_by,
+        topic_template,
+        id,
+        key,
+        event_type,
+        payload,
+        timestamp,
+        expand_json,
+    }
+}
+
+/// `topic_template` from `route.topic.replacement` (and `route.topic.regex`).
+pub(super) fn topic_template(cfg: &mut Config, notes: &mut Notes, router: &str) -> Entry {
+    let regex_key = format!("transforms.{router}.route.topic.regex");
+    if let Some(regex) = cfg.get(&regex_key) {
+        if regex == DEFAULT_TOPIC_REGEX {
+            notes.ignored(
+                &regex_key,
+                Some(&regex),
+                "Debezium's default: the whole route value is ${routedByValue}, as in pgoutbox",
+            );
+        } else {
+            notes.unsupported(
+                &regex_key,
+                Some(&regex),
+                "pgoutbox substitutes the whole route value for ${routedByValue}; topics that \
+                    depended on this regex differ",
+            );
+        }
+    }
+    let key = format!("transforms.{router}.route.topic.replacement");
+    let Some(replacement) = resolved(cfg, notes, &key) else {
+        notes.translated(
+            &key,
+            None,
+            format!(
+                "Debezium's default {:?} → topic_template (pgoutbox's default too)",
+                DEFAULT_TOPIC_TEMPLATE
+            ),
+        );
+        return Entry::with(DEFAULT_TOPIC_TEMPLATE.to_owned(), "Debezium default");
+    };
+    let template = match java_replacement(&replacement) {
+        Ok(template) => {
+            notes.translated(&key, Some(&replacement), "topic_template");
+            template
+        }
+        Err(why) => {
+            notes.unsupported(
+                &key,
+                Some(&replacement),
+                format!("{why}; written to topic_template as it is, fix it by hand"),
+            );
+            replacement.clone()
+        }
+    };
+    let example = TopicTemplate::new(&template).render("order");
+    if template != PLACEHOLDER && !is_valid_topic(&example) {
+        notes.unsupported(
+            &key,
+            Some(&replacement),
+            format!(
+                "renders topic names such as {example:?}, which Kafka rejects (1-249 of a-z A-Z \
+                    0-9 . _ -); pgoutbox stops on them"
+            ),
+        );
+    }
+    Entry::plain(template)
+}
+
+/// Debezium fills `route.topic.replacement` through `java.util.regex.Matcher`: `\`
+/// quotes the next character and `$n` / `${name}` insert groups of
+/// `route.topic.regex`, whose default has one group, `routedByValue` (= `$1`, `$0`).
+pub(super) fn java_replacement(replacement: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(replacement.len());
+    let mut references = 0;
+    let mut chars = replacement.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(quoted) => out.push(quoted),
+                None => return Err("ends with a lone backslash, which Debezium rejects".to_owned()),
+            },
+            '$' => {
+                match chars.next() {
+                    Some('{') => {
+                        let mut name = String::new();
+                        loop {
+                            match chars.next() {
+                                Some('}') => break,
+                                Some(c) => name.push(c),
+                                None => return Err(format!("has an unclosed ${{{name}")),
+                            }
+                        }
+                        if name != "routedByValue" {
+                            return Err(format!(
+                                "refers to group ${{{name}}}, which pgoutbox does not have (only \
+                                    ${{routedByValue}})"
+                            ));
+                        }
+                    }
+                    Some('0' | '1') => {}
+                    _ => {
+                        return Err(
+                            "has a '$' that is not ${routedByValue}, $0 or $1 (a literal dollar \
+                                is written \\$)"
+                                .to_owned(),
+                        )
+                    }
+                }
+                out.push_str(ROUTED_BY_VALUE);
+                references += 1;
+            }
+            c => out.push(c),
+        }
+    }
+    if out.matches(ROUTED_BY_VALUE).count() != references {
+        return Err(
+            "quotes the text ${routedByValue} literally, which pgoutbox would substitute"
+                .to_owned(),
+        );
+    }
+    Ok(out)
+}
+
+/// The router's options other than the columns and the topic.
+pub(super) fn router_options(
+    cfg: &mut Config,
+    notes: &mut Notes,
+    router: &str,
+    id: &str,
+    event_type: &str,
+) {
+    let k = |option: &str| format!("transforms.{router}.{option}");
+
+    let key = k("table.expand.json.payload");
+    if let Some(v) = cfg.get(&key) {
+        if v.eq_ignore_ascii_case("true") {
+            notes.translated(
+                &key,
+                Some(&v),
+                "pgoutbox writes the payload column's text, so JSON is never re-quoted (see \
+                    value.converter)",
+            );
+        } else {
+            notes.ignored(
+                &key,
+                Some(&v),
+                "only matters with JsonConverter (see value.converter)",
+            );
+        }
+    }
+
+    let key = k("table.fields.additional.placement");
+    if let Some(v) = cfg.get(&key) {
+        for item in list(&v) {
+            let message = placement(&item, id, event_type);
+            match message {
+                Ok(m) => notes.translated(&key, Some(&item), m),
+                Err(m) => notes.unsupported(&key, Some(&item), m),
+            }
+        }
+    }
+
+    let key = k("route.tombstone.on.empty.payload");
+    if let Some(v) = cfg.get(&key) {
+        let msg = "pgoutbox writes a NULL payload as a record with a null value (a tombstone)";
+        if v.eq_ignore_ascii_case("true") {
+            notes.translated(&key, Some(&v), msg);
+        } else {
+            notes.ignored(
+                &key,
+                Some(&v),
+                format!("{msg}, as Debezium does with a schemaless converter"),
+            );
+        }
+    }
+
+    let key = k("table.op.invalid.behavior");
+    if let Some(v) = cfg.get(&key) {
+        let why = "pgoutbox's on_update (ignore, the default; warn; fail) treats UPDATE and \
+            DELETE of outbox rows alike, while Debezium drops deletes silently";
+        if v == "fatal" {
+            notes.unsupported(
+                &key,
+                Some(&v),
+                format!(
+                    "not carried over: {why}, so on_update = \"fail\" would also stop on deletes"
+                ),
+            );
+        } else {
+            notes.ignored(
+                &key,
+                Some(&v),
+                format!(
+                    "updates are skipped silently: {why}, so on_update = \"warn\" would also log \
+                        every delete"
+                ),
+            );
+        }
+    }
+
+    let key = k("table.field.event.payload.id");
+    if let Some(v) = cfg.get(&key) {
+        notes.unsupported(
+            &key,
+            Some(&v),
+            "deprecated Debezium option with no pgoutbox equivalent; the key comes from \
+                table.field.event.key",
+        );
+    }
+    let key = k("table.field.event.schema.version");
+    if let Some(v) = cfg.get(&key) {
+        notes.unsupported(
+            &key,
+            Some(&v),
+            "pgoutbox writes no Connect schema, so no schema version",
+        );
+    }
+    for option in [
+        "table.fields.additional.error.on.missing",
+        "table.json.payload.null.behavior",
+    ] {
+        let key = k(option);
+        if let Some(v) = cfg.get(&key) {
+            notes.ignored(
+                &key,
+                Some(&v),
+                "no pgoutbox equivalent needed: pgoutbox maps only its own columns and passes \
+                    the payload text as it is",
+            );
+        }
+    }
+    for (key, v) in cfg.get_prefixed(&k("tracing.")) {
+        notes.unsupported(
+            &key,
+            Some(&v),
+            "pgoutbox does not propagate tracing span context",
+        );
+    }
+    for option in ["predicate", "negate"] {
+        let key = k(option);
+        if let Some(v) = cfg.get(&key) {
+            notes.unsupported(
+                &key,
+                Some(&v),
+                "pgoutbox routes every row of the listed tables; transform predicates are not \
+                    applied",
+            );
+        }
+    }
+}
+
+/// One `table.fields.additional.placement` item, `column:placement[:alias]`: the note
+/// message, `Ok` when pgoutbox does the same.
+pub(super) fn placement(item: &str, id: &str, event_type: &str) -> Result<String, String> {
+    let mut parts = item.split(':').map(str::trim);
+    let column = parts.next().unwrap_or_default();
+    let place = parts.next().unwrap_or_default();
+    let alias = parts.next().unwrap_or(column);
+    match place {
+        "header" if column == id && alias == "id" => Ok("pgoutbox sends header id too".to_owned()),
+        "header" if column == event_type && alias == "event_type" => {
+            Ok("pgoutbox sends header event_type too".to_owned())
+        }
+        "header" => Err(format!(
+            "pgoutbox sends only headers id and event_type (columns {id} and {event_type}); \
+                header {alias:?} from column {column:?} is not sent"
+        )),
+        "envelope" => Err(format!(
+            "pgoutbox writes the payload alone, without an envelope field {alias:?}"
+        )),
+        "partition" => Err(format!(
+            "pgoutbox partitions by the record key (murmur2), not by column {column:?}"
+        )),
+        _ => Err(format!(
+            "unknown placement {place:?} (expected header, envelope or partition)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_replacements_become_templates() {
+        assert_eq!(
+            java_replacement("outbox.event.${routedByValue}").unwrap(),
+            "outbox.event.${routedByValue}"
+        );
+        assert_eq!(
+            java_replacement("events.$1").unwrap(),
+            "events.${routedByValue}"
+        );
+        assert_eq!(
+            java_replacement("a\\.b.$0").unwrap(),
+            "a.b.${routedByValue}"
+        );
+        assert!(java_replacement("${other}").is_err());
+        assert!(java_replacement("a.${routedByValue").is_err());
+        assert!(java_replacement("cost$").is_err());
+        assert!(java_replacement("x\\").is_err());
+        assert!(java_replacement("\\${routedByValue}").is_err());
+    }
+}

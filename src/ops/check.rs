@@ -1,0 +1,343 @@
+//! `pgoutbox check`: a preflight that inspects everything the relay depends on and
+//! reports every problem at once, each with the exact fix.
+//!
+//! Owns the list of checks and their verdicts; printing (`render`, `to_json`) is data
+//! only, `main.rs` decides where it goes. The checks, in report order:
+//!
+//! ```text
+//!  connection ─┬─ server_version, wal_level, max_replication_slots, max_wal_senders   (server.rs)
+//!              ├─ role_replication, role_login                                       (server.rs)
+//!              ├─ table, columns, select_privilege            per outbox table       (objects.rs)
+//!              ├─ publication, publication_operations, publication_tables,
+//!              │  publication_partition_root, publication_columns                    (objects.rs)
+//!              ├─ slot, slot_wal_status                                              (objects.rs)
+//!              └─ max_slot_wal_keep_size                                             (server.rs)
+//!  kafka  (only with brokers; runs even when PostgreSQL is unreachable)
+//! ```
+//!
+//! Invariants:
+//! - `check` never fails and never stops early: a query that fails becomes a failed
+//!   check naming the query error, and later checks still run. Only a failed
+//!   connection ends the PostgreSQL part (nothing else can be inspected without it).
+//! - `check` only reads: it never creates, alters or drops anything.
+//! - `ok = false` means the relay cannot work (or will lose its position) as things
+//!   are. Conditions that work but deserve attention — a publication that also
+//!   publishes updates and deletes (decoded by the server, ignored by the relay), a
+//!   `wal_status` of `unreserved`, an unlimited `max_slot_wal_keep_size` — are
+//!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
+
+mod objects;
+mod server;
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+use serde::Serialize;
+
+use crate::pg::catalog::{self, CatalogError, TableName};
+use crate::pg::conninfo::ConnInfo;
+
+/// How long the broker check waits for cluster metadata.
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct CheckInput {
+    /// The ordinary (non-replication) connection; the same role the relay uses.
+    pub conninfo: ConnInfo,
+    /// Publication the relay streams.
+    pub publication: String,
+    /// Outbox tables.
+    pub tables: Vec<TableName>,
+    /// Replication slot the relay uses.
+    pub slot: String,
+    /// Mapped column names every outbox table must have (id, key, payload, …).
+    pub columns: Vec<String>,
+    /// Kafka bootstrap servers; the broker check runs only when set.
+    pub brokers: Option<String>,
+}
+
+/// One verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What kind of check, e.g. `wal_level`, `publication`, `slot`.
+    pub name: String,
+    /// What was checked: `server`, a role, a table, the publication, the slot, the brokers.
+    pub object: String,
+    /// Whether the relay can work with what was observed.
+    pub ok: bool,
+    /// What was found, in words.
+    pub observed: String,
+    /// The exact SQL or action: required when `!ok`, a suggestion when `ok`.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    pub(crate) fn pass(name: &str, object: impl Into<String>, observed: impl Into<String>) -> Self {
+        Check {
+            name: name.to_owned(),
+            object: object.into(),
+            ok: true,
+            observed: observed.into(),
+            fix: None,
+        }
+    }
+
+    pub(crate) fn fail(
+        name: &str,
+        object: impl Into<String>,
+        observed: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        Check {
+            name: name.to_owned(),
+            object: object.into(),
+            ok: false,
+            observed: observed.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    /// Attach a suggestion to a passing check.
+    pub(crate) fn suggest(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    /// A check whose query failed: the failure is the observation.
+    pub(crate) fn query_failed(
+        name: &str,
+        object: impl Into<String>,
+        err: &tokio_postgres::Error,
+    ) -> Self {
+        Check::fail(
+            name,
+            object,
+            format!("query failed: {}", catalog::describe(err)),
+            "run the check as the role the relay uses; if the error persists, see the PostgreSQL server log",
+        )
+    }
+}
+
+/// `err` and its sources, `: `-separated; a source whose text the previous message
+/// already contains is skipped.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Every verdict of one run, in the order the checks ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// The verdicts.
+    pub checks: Vec<Check>,
+}
+
+impl CheckReport {
+    /// Whether every check passed.
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// The checks that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.ok)
+    }
+
+    /// The first check called `name` about `object`.
+    pub fn find(&self, name: &str, object: &str) -> Option<&Check> {
+        self.checks
+            .iter()
+            .find(|c| c.name == name && c.object == object)
+    }
+
+    /// `{"ok": bool, "checks": [{"name", "object", "ok", "observed", "fix"}, …]}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "ok": self.ok(), "checks": self.checks })
+    }
+
+    /// One line per check: `✔ name: object = observed` (plus `— suggestion: …` when a
+    /// passing check has one) or `✘ name: object = observed — fix: …`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for c in &self.checks {
+            let (mark, label) = if c.ok {
+                ('✔', "suggestion")
+            } else {
+                ('✘', "fix")
+            };
+            out.push_str(&format!("{mark} {}: {} = {}", c.name, c.object, c.observed));
+            if let Some(fix) = &c.fix {
+                out.push_str(&format!(" — {label}: {fix}"));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Run every check (see the module docs for the list and the order).
+pub async fn check(input: &CheckInput) -> CheckReport {
+    let mut checks = Vec::new();
+    match catalog::connect(&input.conninfo).await {
+        Ok(client) => postgres_checks(&client, input, &mut checks).await,
+        Err(err) => checks.push(Check::fail(
+            "connection",
+            input.conninfo.redacted(),
+            // The object already names the target; the observation is the cause.
+            match &err {
+                CatalogError::Connect { source, .. } => catalog::describe(source),
+                other => error_chain(other),
+            },
+            "check host, port, dbname, user, the password (PGPASSWORD or ~/.pgpass), sslmode, \
+             and that the server's pg_hba.conf admits this role from this host",
+        )),
+    }
+    if let Some(brokers) = &input.brokers {
+        checks.push(kafka_check(brokers).await);
+    }
+    CheckReport { checks }
+}
+
+async fn postgres_checks(
+    client: &tokio_postgres::Client,
+    input: &CheckInput,
+    checks: &mut Vec<Check>,
+) {
+    let facts = match server::facts(client).await {
+        Ok(facts) => facts,
+        Err(err) => {
+            checks.push(Check::query_failed(
+                "connection",
+                input.conninfo.redacted(),
+                &err,
+            ));
+            return;
+        }
+    };
+    checks.push(Check::pass(
+        "connection",
+        input.conninfo.redacted(),
+        format!(
+            "connected as {} to database {} (PostgreSQL {})",
+            facts.role, facts.database, facts.version
+        ),
+    ));
+    // The slot is looked up first: the headroom checks need to know whether it
+    // already occupies a slot and a walsender.
+    let slot = catalog::slot_info(client, &input.slot).await;
+    let (slot_exists, slot_active) = match &slot {
+        Ok(Some(info)) => (true, info.active),
+        _ => (false, false),
+    };
+    checks.extend(server::server_checks(&facts, slot_exists, slot_active));
+    checks.extend(server::role_checks(client, &facts.role).await);
+    let tables = objects::table_checks(client, input, &facts.role, checks).await;
+    objects::publication_checks(client, input, &facts, &tables, checks).await;
+    objects::slot_checks(&input.slot, &facts.database, slot, checks);
+    checks.extend(server::keep_size_check(&facts));
+}
+
+/// Ask the brokers for cluster metadata (a real round trip, so DNS, TCP, TLS and
+/// authentication all take part).
+async fn kafka_check(brokers: &str) -> Check {
+    let servers = brokers.to_owned();
+    // fetch_metadata blocks for up to KAFKA_TIMEOUT.
+    let result = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("client.id", "pgoutbox-check")
+            .create()?;
+        let metadata = consumer.fetch_metadata(None, KAFKA_TIMEOUT)?;
+        Ok::<_, rdkafka::error::KafkaError>((metadata.brokers().len(), metadata.topics().len()))
+    })
+    .await;
+    let fix = "check --brokers and the network path (DNS, firewall) and TLS/SASL settings";
+    match result {
+        Ok(Ok((brokers_seen, topics))) => Check::pass(
+            "kafka",
+            brokers,
+            format!("reachable: {brokers_seen} broker(s), {topics} topic(s)"),
+        ),
+        Ok(Err(err)) => Check::fail(
+            "kafka",
+            brokers,
+            format!("unreachable within {KAFKA_TIMEOUT:?}: {err}"),
+            fix,
+        ),
+        Err(err) => Check::fail("kafka", brokers, format!("check task failed: {err}"), fix),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> CheckReport {
+        CheckReport {
+            checks: vec![
+                Check::pass("wal_level", "server", "logical"),
+                Check::pass("publication_operations", "pgoutbox", "insert, update")
+                    .suggest("ALTER PUBLICATION \"pgoutbox\" SET (publish = 'insert');"),
+                Check::fail(
+                    "role_replication",
+                    "app",
+                    "NOREPLICATION",
+                    "ALTER ROLE \"app\" REPLICATION;",
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn render_marks_and_fixes() {
+        assert_eq!(
+            report().render(),
+            "✔ wal_level: server = logical\n\
+             ✔ publication_operations: pgoutbox = insert, update — suggestion: ALTER PUBLICATION \"pgoutbox\" SET (publish = 'insert');\n\
+             ✘ role_replication: app = NOREPLICATION — fix: ALTER ROLE \"app\" REPLICATION;\n"
+        );
+    }
+
+    #[test]
+    fn ok_and_json() {
+        let mut r = report();
+        assert!(!r.ok());
+        assert_eq!(r.failures().count(), 1);
+        let json = r.to_json();
+        assert_eq!(json["ok"], false);
+        assert_eq!(json["checks"][2]["name"], "role_replication");
+        assert_eq!(json["checks"][2]["fix"], "ALTER ROLE \"app\" REPLICATION;");
+        assert_eq!(json["checks"][0]["fix"], serde_json::Value::Null);
+        r.checks.pop();
+        assert!(r.ok());
+        assert_eq!(r.to_json()["ok"], true);
+        assert!(CheckReport::default().ok());
+        assert_eq!(r.find("wal_level", "server").unwrap().observed, "logical");
+        assert!(r.find("wal_level", "other").is_none());
+    }
+
+    #[test]
+    fn error_chain_adds_new_causes_only() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let err = Outer(std::io::Error::other("refused"));
+        assert_eq!(error_chain(&err), "outer: refused");
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let err = Repeats(std::io::Error::other("refused"));
+        assert_eq!(error_chain(&err), "outer: refused");
+    }
+}

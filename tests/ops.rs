@@ -1,0 +1,531 @@
+//! Operator commands against a real server: `check` finds every problem and names its
+//! fix, `status` reports the slot's lag, `teardown` removes what `setup` made.
+
+mod support;
+
+use pgoutbox::ops::check::{check, Check, CheckInput, CheckReport};
+use pgoutbox::ops::status::status;
+use pgoutbox::ops::teardown::teardown;
+use pgoutbox::pg::catalog::{grants_sql, CatalogError, TableName};
+use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::lsn::Lsn;
+use pgoutbox::pg::replication::ReplicationClient;
+use support::kafka::Broker;
+use support::{wait_until_eq, ClusterOptions, PgCluster, TestDb, WAIT};
+
+/// The columns of sql/outbox.sql the default mapping uses.
+const COLUMNS: [&str; 6] = [
+    "id",
+    "aggregate_type",
+    "aggregate_id",
+    "event_type",
+    "payload",
+    "created_at",
+];
+
+fn conninfo(url: &str) -> ConnInfo {
+    ConnInfo::parse_with_env(url, &|_| None).unwrap()
+}
+
+fn table(name: &str) -> TableName {
+    TableName::parse(name).unwrap()
+}
+
+/// Input for `db` with the default table and mapping, slot and publication named
+/// after the database (slot names are cluster-wide).
+fn input(db: &TestDb<'_>) -> CheckInput {
+    CheckInput {
+        conninfo: conninfo(&db.url()),
+        publication: "pgoutbox".into(),
+        tables: vec![table("public.outbox")],
+        slot: format!("{}_slot", db.name),
+        columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
+        brokers: None,
+    }
+}
+
+fn names(report: &CheckReport) -> Vec<&str> {
+    report.checks.iter().map(|c| c.name.as_str()).collect()
+}
+
+fn failures(report: &CheckReport) -> Vec<(&str, &str)> {
+    report
+        .failures()
+        .map(|c| (c.name.as_str(), c.object.as_str()))
+        .collect()
+}
+
+fn get<'a>(report: &'a CheckReport, name: &str, object: &str) -> &'a Check {
+    report
+        .find(name, object)
+        .unwrap_or_else(|| panic!("no {name} check of {object}:\n{}", report.render()))
+}
+
+fn fix(check: &Check) -> &str {
+    check.fix.as_deref().unwrap_or_default()
+}
+
+fn create_slot(db: &TestDb<'_>, slot: &str) {
+    db.psql(&format!(
+        "SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"
+    ));
+}
+
+#[tokio::test]
+async fn check_passes_on_a_correct_setup() {
+    let db = PgCluster::shared().fresh_db();
+    let input = input(&db);
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE public.outbox WITH (publish = 'insert')");
+    create_slot(&db, &input.slot);
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        names(&report),
+        [
+            "connection",
+            "server_version",
+            "wal_level",
+            "max_replication_slots",
+            "max_wal_senders",
+            "role_replication",
+            "role_login",
+            "table",
+            "columns",
+            "select_privilege",
+            "publication",
+            "publication_operations",
+            "publication_tables",
+            "slot",
+            "slot_wal_status",
+            "max_slot_wal_keep_size",
+        ]
+    );
+    assert_eq!(get(&report, "wal_level", "server").observed, "logical");
+    assert_eq!(
+        get(&report, "role_replication", "postgres").observed,
+        "superuser"
+    );
+    assert_eq!(
+        get(&report, "slot", &input.slot).observed,
+        "pgoutput logical slot, inactive"
+    );
+    assert_eq!(
+        get(&report, "publication_operations", "pgoutbox").observed,
+        "insert only"
+    );
+    assert_eq!(report.to_json()["ok"], true);
+}
+
+#[tokio::test]
+async fn check_reports_every_failure_with_its_fix() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("ALTER TABLE outbox DROP COLUMN payload");
+    let mut input = input(&db);
+    input.tables.push(table("public.nope"));
+    let report = check(&input).await;
+    assert!(!report.ok());
+    assert_eq!(
+        failures(&report),
+        [
+            ("columns", "public.outbox"),
+            ("table", "public.nope"),
+            ("publication", "pgoutbox"),
+        ],
+        "{}",
+        report.render()
+    );
+    let columns = get(&report, "columns", "public.outbox");
+    assert!(
+        columns.observed.starts_with("missing payload (has id, "),
+        "{columns:?}"
+    );
+    assert!(fix(columns).contains("--payload-column"), "{columns:?}");
+    let missing = get(&report, "table", "public.nope");
+    assert_eq!(missing.observed, "missing");
+    assert!(fix(missing).contains("sql/outbox.sql"));
+    let publication = get(&report, "publication", "pgoutbox");
+    assert!(
+        fix(publication).starts_with(
+            "CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\", \"public\".\"nope\" \
+             WITH (publish = 'insert');"
+        ),
+        "{publication:?}"
+    );
+    // A missing slot is not a failure: setup and run create it.
+    let slot = get(&report, "slot", &input.slot);
+    assert!(slot.ok);
+    assert!(slot.observed.starts_with("missing"), "{slot:?}");
+    // The rendering shows each failure on its own line with its fix.
+    let text = report.render();
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with('✘')).count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains("✘ table: public.nope = missing — fix: create it"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn check_publication_coverage_and_operations_then_the_fix_works() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE TABLE outbox2 (LIKE outbox INCLUDING ALL)");
+    // Default publish: insert, update, delete, truncate.
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox");
+    let mut input = input(&db);
+    input.tables.push(table("public.outbox2"));
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [("publication_tables", "pgoutbox")],
+        "{}",
+        report.render()
+    );
+    let tables = get(&report, "publication_tables", "pgoutbox");
+    assert_eq!(tables.observed, "does not include public.outbox2");
+    assert_eq!(
+        fix(tables),
+        "ALTER PUBLICATION \"pgoutbox\" ADD TABLE \"public\".\"outbox2\";"
+    );
+    let ops = get(&report, "publication_operations", "pgoutbox");
+    assert!(ops.ok);
+    assert!(
+        ops.observed
+            .starts_with("publishes insert, update, delete, truncate"),
+        "{ops:?}"
+    );
+    assert_eq!(
+        fix(ops),
+        "ALTER PUBLICATION \"pgoutbox\" SET (publish = 'insert');"
+    );
+    // The fixes, run as given, fix it.
+    db.psql(fix(tables));
+    db.psql(fix(ops));
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        get(&report, "publication_tables", "pgoutbox").observed,
+        "includes public.outbox, public.outbox2"
+    );
+    assert_eq!(
+        get(&report, "publication_operations", "pgoutbox").observed,
+        "insert only"
+    );
+}
+
+#[tokio::test]
+async fn check_partitioned_table_needs_publish_via_partition_root() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql(
+        "CREATE TABLE outbox_p (LIKE outbox) PARTITION BY LIST (aggregate_type); \
+         CREATE TABLE outbox_p_order PARTITION OF outbox_p FOR VALUES IN ('order'); \
+         CREATE PUBLICATION pgoutbox FOR TABLE outbox_p WITH (publish = 'insert')",
+    );
+    let mut input = input(&db);
+    input.tables = vec![table("public.outbox_p")];
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [("publication_partition_root", "pgoutbox")],
+        "{}",
+        report.render()
+    );
+    assert_eq!(
+        get(&report, "table", "public.outbox_p").observed,
+        "exists (partitioned)"
+    );
+    let root = get(&report, "publication_partition_root", "pgoutbox");
+    db.psql(fix(root));
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        get(&report, "publication_tables", "pgoutbox").observed,
+        "includes public.outbox_p"
+    );
+}
+
+#[tokio::test]
+async fn check_publication_column_list_must_keep_mapped_columns() {
+    let db = PgCluster::shared().fresh_db();
+    let version: i32 = db.psql("SHOW server_version_num").parse().unwrap();
+    if version < 150000 {
+        eprintln!("skipped: column lists need PostgreSQL 15");
+        return;
+    }
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox (id, aggregate_type, aggregate_id)");
+    let report = check(&input(&db)).await;
+    assert_eq!(
+        failures(&report),
+        [("publication_columns", "public.outbox")],
+        "{}",
+        report.render()
+    );
+    let columns = get(&report, "publication_columns", "public.outbox");
+    assert!(
+        columns
+            .observed
+            .ends_with("but not event_type, payload, created_at"),
+        "{columns:?}"
+    );
+    // The fix is two statements; psql -c runs them in one transaction.
+    let sql = fix(columns)
+        .strip_prefix("publish every column: ")
+        .and_then(|s| s.split(" (").next())
+        .unwrap();
+    db.psql(sql);
+    assert!(check(&input(&db)).await.ok());
+}
+
+#[tokio::test]
+async fn check_with_wal_level_replica_names_the_setting_and_the_fix() {
+    let cluster = PgCluster::start(ClusterOptions {
+        conf: vec!["wal_level = replica".into()],
+        ..Default::default()
+    });
+    let db = cluster.fresh_db();
+    let report = check(&input(&db)).await;
+    assert!(!report.ok());
+    let wal = get(&report, "wal_level", "server");
+    assert!(!wal.ok);
+    assert_eq!(wal.observed, "replica");
+    assert!(
+        fix(wal).contains("ALTER SYSTEM SET wal_level = logical"),
+        "{wal:?}"
+    );
+    assert!(fix(wal).contains("restart"), "{wal:?}");
+    cluster.stop("fast");
+}
+
+#[tokio::test]
+async fn check_as_a_plain_role_then_with_the_least_privilege_grants() {
+    let db = PgCluster::shared().fresh_db();
+    let plain = format!("{}_plain", db.name);
+    db.psql(&format!("CREATE ROLE {plain} LOGIN"));
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let url = |role: &str| {
+        format!(
+            "postgres://{role}@127.0.0.1:{}/{}?sslmode=disable",
+            db.cluster.port, db.name
+        )
+    };
+    let mut input = input(&db);
+    input.conninfo = conninfo(&url(&plain));
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [
+            ("role_replication", plain.as_str()),
+            ("select_privilege", "public.outbox"),
+        ],
+        "{}",
+        report.render()
+    );
+    assert_eq!(
+        fix(get(&report, "role_replication", &plain)),
+        format!(
+            "ALTER ROLE \"{plain}\" REPLICATION; (on Amazon RDS: GRANT rds_replication TO \"{plain}\";)"
+        )
+    );
+    assert_eq!(
+        fix(get(&report, "select_privilege", "public.outbox")),
+        format!("GRANT SELECT ON \"public\".\"outbox\" TO \"{plain}\";")
+    );
+
+    // A role made exactly as grants_sql says passes every check.
+    let app = format!("{}_app", db.name);
+    for statement in grants_sql(&app, &[table("public.outbox")]) {
+        if !statement.starts_with("--") {
+            db.psql(&statement);
+        }
+    }
+    input.conninfo = conninfo(&url(&app));
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        get(&report, "role_replication", &app).observed,
+        "REPLICATION"
+    );
+}
+
+#[tokio::test]
+async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let input = CheckInput {
+        conninfo: conninfo(&format!(
+            "postgres://app@127.0.0.1:{port}/shop?sslmode=disable&connect_timeout=5"
+        )),
+        publication: "pgoutbox".into(),
+        tables: vec![table("outbox")],
+        slot: "pgoutbox".into(),
+        columns: vec![],
+        // Nothing listens on port 1.
+        brokers: Some("127.0.0.1:1".into()),
+    };
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [
+            ("connection", input.conninfo.redacted().as_str()),
+            ("kafka", "127.0.0.1:1")
+        ],
+        "{}",
+        report.render()
+    );
+    assert_eq!(report.checks.len(), 2);
+    // The cause, not only tokio-postgres' "error connecting to server".
+    assert!(
+        report.checks[0].observed.contains("refused"),
+        "{:?}",
+        report.checks[0]
+    );
+    assert!(fix(&report.checks[0]).contains("pg_hba.conf"));
+    assert!(fix(&report.checks[1]).contains("--brokers"));
+}
+
+#[tokio::test]
+async fn check_reaches_the_broker() {
+    let broker = Broker::shared();
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let mut input = input(&db);
+    input.brokers = Some(broker.addr());
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    let kafka = get(&report, "kafka", &broker.addr());
+    assert!(
+        kafka.observed.starts_with("reachable: 1 broker(s)"),
+        "{kafka:?}"
+    );
+}
+
+#[tokio::test]
+async fn status_shows_lag_after_inserts() {
+    let db = PgCluster::shared().fresh_db();
+    let slot = format!("{}_slot", db.name);
+    let info = conninfo(&db.url());
+    let missing = status(&info, &slot).await.unwrap();
+    assert!(!missing.exists);
+    assert_eq!(missing.lag_bytes, None);
+    assert!(missing.render().contains("does not exist"));
+
+    create_slot(&db, &slot);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'order', i::text, 'Created', jsonb_build_object('n', i, 'pad', repeat('x', 200)) \
+         FROM generate_series(1, 500) i",
+    );
+    let s = status(&info, &slot).await.unwrap();
+    assert!(s.exists);
+    assert_eq!(s.active_pid, None);
+    assert_eq!(s.wal_status.as_deref(), Some("reserved"));
+    let confirmed = s
+        .confirmed_flush_lsn
+        .expect("a logical slot has a confirmed_flush_lsn");
+    let lag = s.lag_bytes.unwrap();
+    assert_eq!(lag, s.current_wal_lsn.bytes_since(confirmed));
+    // 500 rows of > 200 bytes each.
+    assert!(lag > 100_000, "lag {lag}");
+    assert!(s.retained_bytes.unwrap() >= lag);
+    let text = s.render();
+    assert!(text.contains(&format!("({lag} bytes)")), "{text}");
+    assert!(text.contains(" KiB (") || text.contains(" MiB ("), "{text}");
+    assert_eq!(s.to_json()["lag_bytes"], lag);
+}
+
+#[tokio::test]
+async fn teardown_removes_slot_and_publication_and_is_idempotent() {
+    let db = PgCluster::shared().fresh_db();
+    let slot = format!("{}_slot", db.name);
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    create_slot(&db, &slot);
+    let info = conninfo(&db.url());
+    let first = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    assert!(first.slot_dropped && first.publication_dropped, "{first:?}");
+    assert_eq!(
+        db.psql(&format!(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )),
+        "0"
+    );
+    assert_eq!(db.psql("SELECT count(*) FROM pg_publication"), "0");
+    let second = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    assert!(
+        !second.slot_dropped && !second.publication_dropped,
+        "{second:?}"
+    );
+    assert!(second.render().contains("already absent"));
+}
+
+#[tokio::test]
+async fn teardown_leaves_a_slot_of_another_database_alone() {
+    let cluster = PgCluster::shared();
+    let (db, other) = (cluster.fresh_db(), cluster.fresh_db());
+    let slot = format!("{}_slot", db.name);
+    create_slot(&db, &slot);
+    let err = teardown(&conninfo(&other.url()), &slot, "pgoutbox")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogError::SlotDatabase { .. }), "{err}");
+    assert_eq!(
+        db.psql(&format!(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )),
+        "1"
+    );
+    db.psql(&format!("SELECT pg_drop_replication_slot('{slot}')"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teardown_refuses_an_active_slot() {
+    let db = PgCluster::shared().fresh_db();
+    let slot = format!("{}_slot", db.name);
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    create_slot(&db, &slot);
+    let info = conninfo(&db.url());
+    let stream = ReplicationClient::connect(&info)
+        .await
+        .unwrap()
+        .start_pgoutput(&slot, Lsn::INVALID, &["pgoutbox".to_owned()])
+        .await
+        .unwrap();
+    let active_sql = format!(
+        "SELECT coalesce(active_pid::text, '') FROM pg_replication_slots WHERE slot_name = '{slot}'"
+    );
+    let pid: i32 = support::wait_for("the slot to become active", WAIT, || {
+        db.psql(&active_sql).parse().ok()
+    });
+    assert_eq!(status(&info, &slot).await.unwrap().active_pid, Some(pid));
+    // check does not count the relay's own walsender or slot against the headroom.
+    let mut check_input = input(&db);
+    check_input.slot = slot.clone();
+    let report = check(&check_input).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        get(&report, "slot", &slot).observed,
+        format!("pgoutput logical slot, active (walsender pid {pid})")
+    );
+
+    let err = teardown(&info, &slot, "pgoutbox").await.unwrap_err();
+    match &err {
+        CatalogError::SlotActive { slot: s, pid: p } => {
+            assert_eq!((s.as_str(), *p), (slot.as_str(), pid));
+        }
+        other => panic!("expected SlotActive, got {other}"),
+    }
+    assert!(err.to_string().contains("stop the relay first"), "{err}");
+    // Nothing was dropped: the publication stays while the slot does.
+    assert_eq!(db.psql("SELECT count(*) FROM pg_publication"), "1");
+
+    stream.close().await.unwrap();
+    wait_until_eq("the slot to become inactive", WAIT, &String::new(), || {
+        db.psql(&active_sql)
+    });
+    let outcome = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    assert!(outcome.slot_dropped && outcome.publication_dropped);
+}
