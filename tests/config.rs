@@ -235,3 +235,25 @@ fn debezium_import_runs_and_routes_like_the_event_router() {
     assert_eq!(rec.header("event_type").as_deref(), Some("OrderShipped"));
     assert_eq!(rec.value.as_deref(), Some(&b"{\"n\": 1}"[..]));
 }
+
+#[test]
+fn readme_reference_documents_every_run_option() {
+    use clap::CommandFactory;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let cmd = pgoutbox::cli::Cli::command();
+    let run = cmd.find_subcommand("run").expect("run subcommand");
+    let mut missing = Vec::new();
+    for arg in run.get_arguments().chain(cmd.get_arguments()) {
+        let Some(env) = arg.get_env() else { continue };
+        let env = env.to_string_lossy();
+        let key = arg.get_long().unwrap_or_default().replace('-', "_");
+        if !readme.contains(&format!("`{env}`")) || !readme.contains(&format!("`{key}`")) {
+            missing.push(format!("{key} / {env}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README configuration reference lacks: {missing:?}"
+    );
+}
