@@ -225,6 +225,19 @@ pub struct RoutingArgs {
     pub aggregate_type_column: String,
 }
 
+/// The replication slot the relay consumes.
+#[derive(Debug, Clone, Args)]
+pub struct SlotArg {
+    /// Replication slot (a pgoutput logical slot; created by `setup`/`run` when missing).
+    #[arg(
+        long = "slot",
+        env = "PGOUTBOX_SLOT",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub name: String,
+}
+
 /// `pgoutbox tail`.
 #[derive(Debug, Clone, Args)]
 pub struct TailArgs {
@@ -268,14 +281,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub routing: RoutingArgs,
 
-    /// Replication slot the relay consumes (created as a pgoutput slot when missing).
-    #[arg(
-        long,
-        env = "PGOUTBOX_SLOT",
-        default_value = "pgoutbox",
-        value_name = "NAME"
-    )]
-    pub slot: String,
+    #[command(flatten)]
+    pub slot: SlotArg,
 
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
@@ -358,14 +365,8 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub routing: RoutingArgs,
 
-    /// Replication slot the relay uses.
-    #[arg(
-        long,
-        env = "PGOUTBOX_SLOT",
-        default_value = "pgoutbox",
-        value_name = "NAME"
-    )]
-    pub slot: String,
+    #[command(flatten)]
+    pub slot: SlotArg,
 
     /// Also check these Kafka brokers are reachable.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
@@ -382,14 +383,8 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Replication slot to show.
-    #[arg(
-        long,
-        env = "PGOUTBOX_SLOT",
-        default_value = "pgoutbox",
-        value_name = "NAME"
-    )]
-    pub slot: String,
+    #[command(flatten)]
+    pub slot: SlotArg,
 
     /// Output JSON.
     #[arg(long)]
@@ -406,14 +401,8 @@ pub struct TeardownArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Replication slot to drop.
-    #[arg(
-        long,
-        env = "PGOUTBOX_SLOT",
-        default_value = "pgoutbox",
-        value_name = "NAME"
-    )]
-    pub slot: String,
+    #[command(flatten)]
+    pub slot: SlotArg,
 
     /// Really drop them (the slot's position is lost: undelivered events must then be
     /// recovered from the outbox table).
@@ -427,14 +416,8 @@ pub struct SetupArgs {
     #[command(flatten)]
     pub source: SourceArgs,
 
-    /// Replication slot the relay consumes.
-    #[arg(
-        long,
-        env = "PGOUTBOX_SLOT",
-        default_value = "pgoutbox",
-        value_name = "NAME"
-    )]
-    pub slot: String,
+    #[command(flatten)]
+    pub slot: SlotArg,
 
     /// Only print the SQL (publication first, then slot) and the least-privilege
     /// role grants for a DBA to run; change nothing.

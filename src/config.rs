@@ -258,7 +258,7 @@ impl RunConfig {
         };
         Ok(Self {
             source,
-            slot: validate_slot(&args.slot)?,
+            slot: validate_slot(&args.slot.name)?,
             brokers,
             kafka_options,
             pipeline,

@@ -114,7 +114,7 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
 
 async fn setup(args: SetupArgs) -> anyhow::Result<()> {
     let source = SourceConfig::from_args(&args.source)?;
-    let slot = validate_slot(&args.slot)?;
+    let slot = validate_slot(&args.slot.name)?;
     if args.print_sql {
         println!("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)");
         for statement in pgoutbox::setup::sql(&source.publication, &source.tables, &slot) {
@@ -159,7 +159,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         conninfo: source.conninfo.clone(),
         publication: source.publication.clone(),
         tables: source.tables.clone(),
-        slot: validate_slot(&args.slot)?,
+        slot: validate_slot(&args.slot.name)?,
         columns,
         brokers: args.brokers.clone(),
     };
@@ -175,7 +175,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let source = SourceConfig::from_args(&args.source)?;
-    let slot = validate_slot(&args.slot)?;
+    let slot = validate_slot(&args.slot.name)?;
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
         if args.json {
@@ -195,7 +195,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
 
 async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
     let source = SourceConfig::from_args(&args.source)?;
-    let slot = validate_slot(&args.slot)?;
+    let slot = validate_slot(&args.slot.name)?;
     anyhow::ensure!(
         args.yes,
         "teardown drops replication slot {slot:?} and publication {:?}; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",

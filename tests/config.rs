@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use support::kafka::{Broker, Reader};
 use support::{PgCluster, Pgoutbox, WAIT};
 
@@ -14,7 +12,6 @@ fn show(args: &[&str], env: &[(&str, &str)]) -> String {
     all.extend_from_slice(args);
     let mut p = Pgoutbox::spawn_with_env(&all, env);
     let status = p.wait_exit(WAIT);
-    std::thread::sleep(Duration::from_millis(100)); // let the reader thread drain the pipe
     let out = p.stdout_so_far().join("\n");
     assert!(
         status.success(),
@@ -164,7 +161,6 @@ fn password_canary_never_printed() {
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let mut p = Pgoutbox::spawn_with_env(&args_ref, &env_ref);
         let status = p.wait_exit(WAIT);
-        std::thread::sleep(Duration::from_millis(100));
         let out = p.stdout_so_far().join("\n");
         let err = p.stderr();
         assert!(
@@ -209,7 +205,6 @@ fn debezium_import_runs_and_routes_like_the_event_router() {
     let json = write_temp("connector.json", &connector);
     let mut import = Pgoutbox::spawn(&["config", "import-debezium", &json]);
     assert!(import.wait_exit(WAIT).success(), "{}", import.stderr());
-    std::thread::sleep(Duration::from_millis(100));
     let broker = Broker::shared();
     let toml = import
         .stdout_so_far()

@@ -381,6 +381,9 @@ pub struct Pgoutbox {
     pub child: Child,
     lines: mpsc::Receiver<String>,
     stderr: std::sync::Arc<Mutex<String>>,
+    /// The pipe readers; joined once the process exited, so stdout and stderr are
+    /// complete when `wait_exit` returns.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Pgoutbox {
@@ -408,7 +411,7 @@ impl Pgoutbox {
         let mut child = cmd.spawn().expect("spawn pgoutbox");
         let (tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if tx.send(line).is_err() {
@@ -419,7 +422,7 @@ impl Pgoutbox {
         let stderr = std::sync::Arc::new(Mutex::new(String::new()));
         let sink = stderr.clone();
         let err_pipe = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines() {
                 let Ok(line) = line else { break };
                 let mut s = sink.lock().unwrap_or_else(|e| e.into_inner());
@@ -431,6 +434,7 @@ impl Pgoutbox {
             child,
             lines,
             stderr,
+            readers: vec![out_reader, err_reader],
         }
     }
 
@@ -474,9 +478,14 @@ impl Pgoutbox {
 
     /// Wait for the process to exit; returns its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        wait_for("pgoutbox to exit", timeout, || {
+        let status = wait_for("pgoutbox to exit", timeout, || {
             self.child.try_wait().ok().flatten()
-        })
+        });
+        // The pipes reach EOF when the process is gone; read them to the end.
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        status
     }
 
     /// Send a signal by name (`TERM`, `INT`, `KILL`, `STOP`, `CONT`).
