@@ -30,6 +30,7 @@ q() { psql -X -q -At "$url" -c "$1"; }
 tansu_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 scripts/start-tansu.sh "$tansu_port" "$PGOUTBOX_DEV_DIR.tansu" >/dev/null 2>&1 &
 tansu_pid=$!
+disown "$tansu_pid" 2>/dev/null || true
 cleanup() { kill -9 "$tansu_pid" 2>/dev/null || true; scripts/dev-postgres.sh stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$tansu_port") 2>/dev/null && break; sleep 0.1; done
