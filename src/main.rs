@@ -203,7 +203,7 @@ async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
     );
     let outcome =
         pgoutbox::ops::teardown::teardown(&source.conninfo, &slot, &source.publication).await?;
-    println!("{outcome:?}");
+    print!("{}", outcome.render());
     Ok(())
 }
 
