@@ -146,37 +146,21 @@ impl ResolvedMapping {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg::pgoutput::RelationColumn;
-
-    fn relation(cols: &[&str]) -> Relation {
-        Relation {
-            xid: None,
-            id: 1,
-            namespace: "public".into(),
-            name: "outbox".into(),
-            replica_identity: Default::default(),
-            columns: cols
-                .iter()
-                .map(|c| RelationColumn {
-                    flags: 0,
-                    name: (*c).into(),
-                    type_oid: 25,
-                    type_modifier: -1,
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn default_mapping_extracts_every_field() {
-        let rel = relation(&[
-            "id",
-            "aggregate_type",
-            "aggregate_id",
-            "event_type",
-            "payload",
-            "created_at",
-        ]);
+        let rel = Relation::text_columns(
+            1,
+            "outbox",
+            &[
+                "id",
+                "aggregate_type",
+                "aggregate_id",
+                "event_type",
+                "payload",
+                "created_at",
+            ],
+        );
         let m = ColumnMapping::default().resolve(&rel).unwrap();
         let t = |s: &'static str| ColumnValue::Text(Bytes::from_static(s.as_bytes()));
         let tuple = TupleData(vec![
@@ -197,7 +181,11 @@ mod tests {
 
     #[test]
     fn missing_column_names_table_and_alternatives() {
-        let rel = relation(&["id", "aggregate_type", "aggregate_id", "body"]);
+        let rel = Relation::text_columns(
+            1,
+            "outbox",
+            &["id", "aggregate_type", "aggregate_id", "body"],
+        );
         let err = ColumnMapping::default().resolve(&rel).unwrap_err();
         assert_eq!(err.column, "payload");
         let text = err.to_string();
@@ -210,13 +198,17 @@ mod tests {
 
     #[test]
     fn short_tuple_gives_nulls_not_panics() {
-        let rel = relation(&[
-            "id",
-            "aggregate_type",
-            "aggregate_id",
-            "event_type",
-            "payload",
-        ]);
+        let rel = Relation::text_columns(
+            1,
+            "outbox",
+            &[
+                "id",
+                "aggregate_type",
+                "aggregate_id",
+                "event_type",
+                "payload",
+            ],
+        );
         let m = ColumnMapping::default().resolve(&rel).unwrap();
         let ev = m.event(&TupleData(vec![]));
         assert_eq!(ev.id, None);

@@ -77,26 +77,6 @@ impl OutboxTables {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg::pgoutput::RelationColumn;
-
-    fn relation(id: u32, name: &str, cols: &[&str]) -> Relation {
-        Relation {
-            xid: None,
-            id,
-            namespace: "public".into(),
-            name: name.into(),
-            replica_identity: Default::default(),
-            columns: cols
-                .iter()
-                .map(|c| RelationColumn {
-                    flags: 0,
-                    name: (*c).into(),
-                    type_oid: 25,
-                    type_modifier: -1,
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn only_configured_tables_route_and_relations_are_replaced() {
@@ -112,14 +92,16 @@ mod tests {
             "event_type",
             "payload",
         ];
-        t.on_relation(&relation(1, "outbox", &cols)).unwrap();
-        t.on_relation(&relation(2, "orders", &cols)).unwrap();
+        t.on_relation(&Relation::text_columns(1, "outbox", &cols))
+            .unwrap();
+        t.on_relation(&Relation::text_columns(2, "orders", &cols))
+            .unwrap();
         assert!(matches!(t.route(1), Some(RelationRoute::Outbox(..))));
         assert!(matches!(t.route(2), Some(RelationRoute::Ignore)));
         assert!(t.route(3).is_none());
         // The outbox loses its payload column: the next Relation message says so.
         let err = t
-            .on_relation(&relation(
+            .on_relation(&Relation::text_columns(
                 1,
                 "outbox",
                 &["id", "aggregate_type", "aggregate_id"],

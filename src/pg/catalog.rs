@@ -185,32 +185,35 @@ impl fmt::Display for TableName {
 /// the background until the client is dropped.
 pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
     let config = info.to_tokio_postgres();
-    let target = info.redacted();
     let connected = match tls::client_config(info)? {
         Some(tls) => config
             .connect(MakeRustlsConnect::new(tls))
             .await
-            .map(|(client, conn)| {
-                tokio::spawn(async move {
-                    if let Err(err) = conn.await {
-                        tracing::debug!(error = %err, "catalog connection ended");
-                    }
-                });
-                client
-            }),
+            .map(|(client, conn)| spawn_connection(client, conn)),
         None => config
             .connect(tokio_postgres::NoTls)
             .await
-            .map(|(client, conn)| {
-                tokio::spawn(async move {
-                    if let Err(err) = conn.await {
-                        tracing::debug!(error = %err, "catalog connection ended");
-                    }
-                });
-                client
-            }),
+            .map(|(client, conn)| spawn_connection(client, conn)),
     };
-    connected.map_err(|source| CatalogError::Connect { target, source })
+    connected.map_err(|source| CatalogError::Connect {
+        target: info.redacted(),
+        source,
+    })
+}
+
+/// Drive a tokio-postgres connection in the background; it ends when the client
+/// is dropped.
+fn spawn_connection<S, T>(client: Client, conn: tokio_postgres::Connection<S, T>) -> Client
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(err) = conn.await {
+            tracing::debug!(error = %err, "catalog connection ended");
+        }
+    });
+    client
 }
 
 fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {

@@ -56,34 +56,14 @@ impl RelationCache {
 
 #[cfg(test)]
 mod tests {
-    use super::super::message::{RelationColumn, ReplicaIdentity};
     use super::*;
-
-    fn relation(id: Oid, name: &str, columns: &[&str]) -> Relation {
-        Relation {
-            xid: None,
-            id,
-            namespace: "public".into(),
-            name: name.into(),
-            replica_identity: ReplicaIdentity::Default,
-            columns: columns
-                .iter()
-                .map(|c| RelationColumn {
-                    flags: 0,
-                    name: (*c).into(),
-                    type_oid: 25,
-                    type_modifier: -1,
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn later_relation_replaces_earlier() {
         let mut cache = RelationCache::new();
-        let first = cache.insert(relation(7, "outbox", &["id"]));
-        cache.insert(relation(8, "other", &["x"]));
-        cache.insert(relation(7, "outbox", &["id", "payload"]));
+        let first = cache.insert(Relation::text_columns(7, "outbox", &["id"]));
+        cache.insert(Relation::text_columns(8, "other", &["x"]));
+        cache.insert(Relation::text_columns(7, "outbox", &["id", "payload"]));
         assert_eq!(cache.len(), 2);
         let now = cache.get(7).unwrap();
         assert_eq!(now.columns.len(), 2);

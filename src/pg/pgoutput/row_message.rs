@@ -71,6 +71,27 @@ pub struct Relation {
 }
 
 impl Relation {
+    /// A `public.<name>` relation whose columns are all `text` — for unit tests.
+    #[cfg(test)]
+    pub(crate) fn text_columns(id: Oid, name: &str, columns: &[&str]) -> Self {
+        Relation {
+            xid: None,
+            id,
+            namespace: "public".into(),
+            name: name.into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: columns
+                .iter()
+                .map(|c| RelationColumn {
+                    flags: 0,
+                    name: (*c).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
     /// Index of the column called `name`, to look its value up in a [`TupleData`].
     pub fn column_index(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.name == name)
