@@ -234,7 +234,15 @@ host replication all 127.0.0.1/32 trust
 
     /// Run SQL through psql as the superuser; panics on error; returns unaligned output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new(self.bindir.join("psql"))
+        // Server-only builds (e.g. PGOUTBOX_TEST_PG_BINDIR from an embedded-postgres
+        // package) have no psql: any psql client speaks to any server version.
+        let psql = self.bindir.join("psql");
+        let psql = if psql.exists() {
+            psql
+        } else {
+            PathBuf::from("psql")
+        };
+        let out = Command::new(psql)
             .args([
                 "-X",
                 "-q",
