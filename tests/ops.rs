@@ -147,7 +147,7 @@ async fn check_reports_every_failure_with_its_fix() {
     assert!(
         fix(publication).starts_with(
             "CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\", \"public\".\"nope\" \
-             WITH (publish = 'insert');"
+             WITH (publish = 'insert', publish_via_partition_root = true);"
         ),
         "{publication:?}"
     );

@@ -317,7 +317,7 @@ fn without_privilege_tail_prints_the_sql_to_run() {
     assert!(!status.success());
     let stderr = tail.stderr();
     assert!(
-        stderr.contains("CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert')"),
+        stderr.contains("CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert', publish_via_partition_root = true)"),
         "{stderr}"
     );
     assert!(stderr.contains(&role), "{stderr}");
@@ -356,4 +356,24 @@ fn pretty_format_is_readable() {
     assert!(text.contains("topic       outbox.event.order"), "{text}");
     assert!(text.contains("\"amount\": 5"), "{text}");
     assert_eq!(lines[8], "", "{text}");
+}
+
+#[test]
+fn rows_of_a_partitioned_outbox_are_seen_under_the_root_table() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql(
+        "CREATE TABLE public.p_outbox (LIKE public.outbox INCLUDING DEFAULTS) PARTITION BY LIST (aggregate_type); \
+         CREATE TABLE public.p_outbox_order PARTITION OF public.p_outbox FOR VALUES IN ('order'); \
+         CREATE TABLE public.p_outbox_other PARTITION OF public.p_outbox DEFAULT;",
+    );
+    let mut tail = start_tail(&db, &["--table", "public.p_outbox", "--limit", "2"]);
+    db.psql(
+        "INSERT INTO public.p_outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', '1', 'Created', '{}'), ('invoice', '2', 'Issued', '{}')",
+    );
+    let lines = parse(&tail.take_lines(2, WAIT));
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+    let tables: Vec<&str> = lines.iter().map(|l| l.table.as_str()).collect();
+    assert_eq!(tables, ["public.p_outbox", "public.p_outbox"]);
+    assert_eq!(lines[1].topic, "outbox.event.invoice");
 }

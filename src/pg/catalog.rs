@@ -222,10 +222,14 @@ fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -
 }
 
 /// The SQL that creates the publication for `tables`, insert-only.
+///
+/// `publish_via_partition_root` (PostgreSQL 13+) makes rows of a partitioned outbox
+/// arrive under the root table's name; without it they arrive under each partition's
+/// name, which is not a configured outbox table, and would be skipped.
 pub fn create_publication_sql(publication: &str, tables: &[TableName]) -> String {
     let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
     format!(
-        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
         quote_ident(publication),
         list.join(", ")
     )
@@ -536,7 +540,7 @@ mod tests {
         );
         assert_eq!(
             sql,
-            "CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\", \"s\".\"o2\" WITH (publish = 'insert')"
+            "CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\", \"s\".\"o2\" WITH (publish = 'insert', publish_via_partition_root = true)"
         );
     }
 }
