@@ -18,8 +18,7 @@ use pgoutbox::pg::catalog::TableName;
 use pgoutbox::pg::lsn::Lsn;
 use pgoutbox::pg::pgoutput::encode::encode;
 use pgoutbox::pg::pgoutput::{
-    Begin, ColumnValue, Commit, Decoder, Insert, PgOutputMessage, Relation, RelationColumn,
-    ReplicaIdentity, TupleData,
+    Begin, ColumnValue, Commit, Decoder, Insert, PgOutputMessage, Relation, TupleData,
 };
 
 fn text(s: &str) -> ColumnValue {
@@ -42,22 +41,7 @@ fn main() {
         "payload",
         "created_at",
     ];
-    let relation = Relation {
-        xid: None,
-        id: 16_384,
-        namespace: "public".into(),
-        name: "outbox".into(),
-        replica_identity: ReplicaIdentity::Default,
-        columns: columns
-            .iter()
-            .map(|c| RelationColumn {
-                flags: 0,
-                name: (*c).into(),
-                type_oid: 25,
-                type_modifier: -1,
-            })
-            .collect(),
-    };
+    let relation = Relation::text_columns(16_384, "outbox", &columns);
     let insert = PgOutputMessage::Insert(Insert {
         xid: None,
         relation_id: 16_384,

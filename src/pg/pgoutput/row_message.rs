@@ -71,9 +71,9 @@ pub struct Relation {
 }
 
 impl Relation {
-    /// A `public.<name>` relation whose columns are all `text` — for unit tests.
-    #[cfg(test)]
-    pub(crate) fn text_columns(id: Oid, name: &str, columns: &[&str]) -> Self {
+    /// A `public.<name>` relation whose columns are all `text` — for tests,
+    /// examples and benchmarks that need a Relation without a server.
+    pub fn text_columns(id: Oid, name: &str, columns: &[&str]) -> Self {
         Relation {
             xid: None,
             id,
