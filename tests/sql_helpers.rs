@@ -28,7 +28,7 @@ fn sql_path(file: &str) -> PathBuf {
 /// through `psql -c` to prove the file is re-runnable.
 fn load(db: &TestDb<'_>, file: &str) {
     let path = sql_path(file);
-    let out = Command::new(db.cluster.bindir.join("psql"))
+    let out = Command::new(db.cluster.psql_bin())
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
         .arg("-p")
         .arg(db.cluster.port.to_string())
@@ -48,22 +48,7 @@ fn load(db: &TestDb<'_>, file: &str) {
 
 /// Run SQL that is expected to fail; returns psql's stderr.
 fn psql_err(db: &TestDb<'_>, sql: &str) -> String {
-    let out = Command::new(db.cluster.bindir.join("psql"))
-        .args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-h",
-            "127.0.0.1",
-        ])
-        .arg("-p")
-        .arg(db.cluster.port.to_string())
-        .args(["-U", "postgres", "-d", &db.name, "-c", sql])
-        .output()
-        .expect("psql");
+    let out = db.cluster.psql_output(&db.name, sql);
     assert!(!out.status.success(), "expected {sql:?} to fail");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -234,15 +234,19 @@ host replication all 127.0.0.1/32 trust
 
     /// Run SQL through psql as the superuser; panics on error; returns unaligned output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
-        // Server-only builds (e.g. PGOUTBOX_TEST_PG_BINDIR from an embedded-postgres
-        // package) have no psql: any psql client speaks to any server version.
-        let psql = self.bindir.join("psql");
-        let psql = if psql.exists() {
-            psql
-        } else {
-            PathBuf::from("psql")
-        };
-        let out = Command::new(psql)
+        let out = self.psql_output(db, sql);
+        assert!(
+            out.status.success(),
+            "psql failed for {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
+    /// Run SQL through psql as the superuser (stop at the first error) and return
+    /// whatever happened, for tests that expect a failure.
+    pub fn psql_output(&self, db: &str, sql: &str) -> std::process::Output {
+        Command::new(self.psql_bin())
             .args([
                 "-X",
                 "-q",
@@ -259,13 +263,18 @@ host replication all 127.0.0.1/32 trust
             .arg("-c")
             .arg(sql)
             .output()
-            .expect("psql");
-        assert!(
-            out.status.success(),
-            "psql failed for {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+            .expect("psql")
+    }
+
+    /// The psql client to use. Server-only builds (e.g. PGOUTBOX_TEST_PG_BINDIR from
+    /// an embedded-postgres package) have none: any psql speaks to any server version.
+    pub fn psql_bin(&self) -> PathBuf {
+        let psql = self.bindir.join("psql");
+        if psql.exists() {
+            psql
+        } else {
+            PathBuf::from("psql")
+        }
     }
 
     /// A fresh, empty database with the default outbox table.
