@@ -303,6 +303,28 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_ON_UPDATE", value_enum, default_value_t = OnUpdateArg::Ignore)]
     pub on_update: OnUpdateArg,
 
+    /// What to do with a poison row: `fail` (stop before it, the default), `dlq`
+    /// (write it to --dlq-topic with the reason in headers) or `skip` (log and count).
+    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key, invalid-topic,
+    /// too-large, invalid-json, missing-column. Repeatable, applied in order, e.g.
+    /// `--on-invalid dlq --on-invalid missing-column=fail`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_ON_INVALID",
+        value_delimiter = ',',
+        value_name = "[CAUSE=]fail|dlq|skip"
+    )]
+    pub on_invalid: Vec<String>,
+
+    /// Dead-letter topic for `--on-invalid dlq`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_DLQ_TOPIC",
+        default_value = crate::outbox::invalid::DEFAULT_DLQ_TOPIC,
+        value_name = "TOPIC"
+    )]
+    pub dlq_topic: String,
+
     /// Stop reading WAL while this many records await a Kafka ack.
     #[arg(
         long,

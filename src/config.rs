@@ -11,6 +11,7 @@ use crate::cli::{OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFo
 use crate::config_file::TableOverrides;
 use crate::kafka::config::UnsafeOption;
 use crate::outbox::event::ColumnMapping;
+use crate::outbox::invalid::{InvalidPolicy, PolicyError};
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
 use crate::pg::catalog::TableName;
@@ -60,6 +61,9 @@ pub enum ConfigError {
     /// Unparseable `--http-addr`.
     #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:9187, or off")]
     HttpAddr(String),
+    /// A bad `--on-invalid` / `--dlq-topic`.
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
 }
 
 /// Where the outbox lives.
@@ -250,6 +254,7 @@ impl RunConfig {
                 OnUpdateArg::Warn => OnUpdate::Warn,
                 OnUpdateArg::Fail => OnUpdate::Fail,
             },
+            invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
             max_in_flight_records: args.max_in_flight,
             max_in_flight_bytes: args.max_in_flight_bytes,
             drain_timeout: args.drain_timeout,
@@ -324,6 +329,8 @@ impl RunConfig {
             "max_in_flight_bytes",
             self.pipeline.max_in_flight_bytes.to_string(),
         );
+        line("on_invalid", list(self.pipeline.invalid.describe()));
+        line("dlq_topic", q(&self.pipeline.invalid.dlq_topic));
         line(
             "drain_timeout",
             q(&humantime::format_duration(self.pipeline.drain_timeout).to_string()),

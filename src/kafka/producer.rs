@@ -54,6 +54,33 @@ pub struct DeliveryError {
     pub event_id: String,
     /// Whether retrying the same record can never succeed.
     pub permanent: bool,
+    /// The refused record's key and `event_type` header, kept for a dead letter
+    /// when the broker refused the record's size (`None` otherwise).
+    pub refused: Option<Box<RefusedRecord>>,
+}
+
+/// What a dead letter needs of a record the broker refused.
+#[derive(Debug, Clone)]
+pub struct RefusedRecord {
+    /// Record key.
+    pub key: Option<bytes::Bytes>,
+    /// Header `event_type`.
+    pub event_type: Option<bytes::Bytes>,
+}
+
+impl DeliveryError {
+    /// Whether the record was refused for its size (by librdkafka or the broker).
+    pub fn is_too_large(&self) -> bool {
+        is_too_large(self.code)
+    }
+}
+
+/// Whether a Kafka error code means "this record is too large".
+pub fn is_too_large(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize
+    )
 }
 
 fn fix_for(code: RDKafkaErrorCode) -> &'static str {
@@ -152,6 +179,7 @@ impl ProducerContext for Context {
         }
         let result = outcome.map_err(|err| {
             let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+            let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
             DeliveryError {
                 code,
                 reason: err.to_string(),
@@ -160,6 +188,12 @@ impl ProducerContext for Context {
                     .map(|v| String::from_utf8_lossy(v).into_owned())
                     .unwrap_or_else(|| "<null id>".into()),
                 permanent: is_permanent(code),
+                refused: is_too_large(code).then(|| {
+                    Box::new(RefusedRecord {
+                        key: copy(message.key()),
+                        event_type: copy(header("event_type")),
+                    })
+                }),
             }
         });
         // The receiver is gone only when the relay is shutting down.
@@ -191,7 +225,7 @@ impl KafkaSink {
 
     /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
     pub fn send(&self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(2);
+        let mut headers = OwnedHeaders::new_with_capacity(2 + record.headers.len());
         headers = headers.insert(Header {
             key: "id",
             value: record.id.as_deref(),
@@ -200,6 +234,12 @@ impl KafkaSink {
             key: "event_type",
             value: record.event_type.as_deref(),
         });
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(&value[..]),
+            });
+        }
         let mut base: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(&record.topic, tag)
                 .headers(headers)
@@ -223,6 +263,7 @@ impl KafkaSink {
                     topic: record.topic.clone(),
                     event_id: record.id_text(),
                     permanent: is_permanent(code),
+                    refused: None,
                 }))
             }
         }

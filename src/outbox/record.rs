@@ -28,6 +28,9 @@ pub struct KafkaRecord {
     pub event_type: Option<Bytes>,
     /// Record timestamp, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// Further headers (dead-letter records only; empty otherwise, so no allocation).
+    /// Not counted in [`KafkaRecord::size`].
+    pub headers: Vec<(&'static str, Bytes)>,
 }
 
 impl KafkaRecord {
@@ -52,6 +55,7 @@ impl KafkaRecord {
             id: event.id.clone(),
             event_type: event.event_type.clone(),
             timestamp_ms,
+            headers: Vec::new(),
         }
     }
 

@@ -168,6 +168,15 @@ impl ReplicationClient {
         publications: &[String],
     ) -> Result<ReplicationStream, PgError> {
         let version = self.server_version_num();
+        // A SQL_ASCII database stores bytes with no encoding: asking the server to
+        // convert them to UTF8 fails on the first byte above 0x7f and wedges the
+        // slot. SQL_ASCII on our side turns conversion off; the bytes pass as they
+        // are and the outbox checks (`--on-invalid`) judge them.
+        if self.conn.parameter("server_encoding") == Some("SQL_ASCII") {
+            self.conn
+                .simple_query("SET client_encoding = 'SQL_ASCII'")
+                .await?;
+        }
         let status_interval = match self.wal_sender_timeout().await? {
             Some(t) => (t / 2).min(MAX_STATUS_INTERVAL),
             None => MAX_STATUS_INTERVAL,
