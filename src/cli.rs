@@ -334,7 +334,7 @@ pub struct RunArgs {
     )]
     pub max_in_flight: usize,
 
-    /// Stop reading WAL while this many bytes (key + value + headers) await an ack.
+    /// Stop reading WAL while this many bytes (topic + key + value) await an ack.
     #[arg(long, env = "PGOUTBOX_MAX_IN_FLIGHT_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     pub max_in_flight_bytes: usize,
 

@@ -159,16 +159,9 @@ impl ProducerContext for Context {
             Ok(m) => (m, Ok(())),
             Err((err, m)) => (m, Err(err.clone())),
         };
-        let header = |name: &str| {
-            message
-                .headers()
-                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
-        };
         // Same formula as KafkaRecord::size, over the same raw bytes.
         let size = message.key().map_or(0, <[u8]>::len)
             + message.payload().map_or(0, <[u8]>::len)
-            + header("id").map_or(0, <[u8]>::len)
-            + header("event_type").map_or(0, <[u8]>::len)
             + message.topic().len();
         match &outcome {
             Ok(()) => {
@@ -177,6 +170,11 @@ impl ProducerContext for Context {
             }
             Err(_) => self.metrics.failed(message.topic()),
         }
+        let header = |name: &str| {
+            message
+                .headers()
+                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
+        };
         let result = outcome.map_err(|err| {
             let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
             let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);

@@ -312,6 +312,12 @@ impl ReplicationStream {
         self.events.recv().await
     }
 
+    /// A message that is already queued, without waiting (`None`: nothing queued
+    /// right now, or the stream ended — [`ReplicationStream::recv`] tells which).
+    pub fn try_recv(&mut self) -> Option<Result<ReplicationMessage, PgError>> {
+        self.events.try_recv().ok()
+    }
+
     /// Confirm everything up to `lsn` as flushed. Never moves backwards: a lower value
     /// than one already confirmed is ignored. Sent with the next status update.
     pub fn confirm(&self, lsn: Lsn) {

@@ -174,6 +174,9 @@ enum Step {
     Progress,
 }
 
+/// WAL messages handled per wake-up of the loop when more are already queued.
+const WAL_BATCH: usize = 256;
+
 /// How often a progress line is logged.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -258,10 +261,7 @@ impl<'a> Session<'a> {
             if drain_deadline.is_some() && self.tracker.in_flight_records() == 0 {
                 return Ok(());
             }
-            let can_read = drain_deadline.is_none()
-                && self.pending.is_none()
-                && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
-                && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes;
+            let can_read = drain_deadline.is_none() && self.can_read();
             let step = tokio::select! {
                 biased;
                 // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
@@ -324,9 +324,31 @@ impl<'a> Session<'a> {
                 ),
                 Step::Wal(None) => return Err(PipelineError::StreamClosed),
                 Step::Wal(Some(Err(err))) => return Err(err.into()),
-                Step::Wal(Some(Ok(message))) => self.on_wal(message)?,
+                Step::Wal(Some(Ok(message))) => {
+                    self.on_wal(message)?;
+                    // Take what is already queued without another round of the
+                    // select (which re-polls every branch): a backlog is read in
+                    // batches, and deliveries wait at most WAL_BATCH messages.
+                    for _ in 0..WAL_BATCH {
+                        if !self.can_read() {
+                            break;
+                        }
+                        match self.stream.try_recv() {
+                            Some(Ok(message)) => self.on_wal(message)?,
+                            Some(Err(err)) => return Err(err.into()),
+                            None => break,
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Under the in-flight caps, with no record waiting for queue space.
+    fn can_read(&self) -> bool {
+        self.pending.is_none()
+            && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
+            && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes
     }
 
     fn report_status(&mut self) {
