@@ -314,13 +314,20 @@ class Bench:
     # ---- slots and data --------------------------------------------------------
     def create_slots(self, names, plugin="pgoutput"):
         for n in names:
-            self.sql.rows(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                          f"WHERE slot_name = '{n}'")
-            self.sql.rows(f"SELECT pg_create_logical_replication_slot('{n}', '{plugin}')")
+            self.drop_slots(n)
+            if not self.sql.rows(f"SELECT pg_create_logical_replication_slot('{n}', '{plugin}')"):
+                raise RuntimeError(f"cannot create replication slot {n} (see the psql error above)")
 
-    def drop_slots(self, prefix):
-        self.sql.rows(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                      f"WHERE slot_name LIKE '{prefix}%' AND NOT active")
+    def drop_slots(self, pattern):
+        """Drop the slots whose name is LIKE `pattern`, waiting (≤ 30 s) for their walsenders to exit:
+        a relay that just stopped may still hold its slot for a moment."""
+        like = f"slot_name LIKE '{pattern}'"
+        deadline = time.time() + 30
+        while self.sql.one(f"SELECT count(*) FROM pg_replication_slots WHERE {like} AND active") != "0":
+            if time.time() > deadline:
+                raise RuntimeError(f"replication slots LIKE {pattern!r} still active after 30 s")
+            time.sleep(0.05)
+        self.sql.rows(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE {like}")
 
     def load(self, rows, k):
         """ROWS outbox rows in transactions of K (asynchronous commit: loading only)."""
@@ -336,7 +343,9 @@ class Bench:
                       f"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT "
                       + ROW_SQL.format(key=f"((i * {k} + g) % 1000)::text", i="i", g="g")
                       + f" FROM generate_series(1, {k}) g; COMMIT; END LOOP; END $$")
-        end = self.sql.one("SELECT pg_current_wal_lsn()")
+        # The insert position, not pg_current_wal_lsn() (the write position): with
+        # asynchronous commit the last commits may not be written yet.
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
         log(f"loaded {rows} rows in transactions of {k} in {time.time() - t0:.1f} s, end LSN {end}")
         return end
 
@@ -395,7 +404,9 @@ class Bench:
              "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
              "acked": stats.get("acked"), "valid": stats.get("acked") == rows}
         if not r["valid"]:
-            log(f"warning: pgoutbox acked {stats.get('acked')} of {rows} records: figure marked invalid")
+            r["log_tail"] = lines.tail(40)
+            log(f"warning: pgoutbox acked {stats.get('acked')} of {rows} records: figure marked invalid; "
+                f"its log ends:\n{r['log_tail']}")
         return r
 
     def drain_recvlogical(self, slot, end, rows):
@@ -435,10 +446,11 @@ class Bench:
 
     # ---- phases ----------------------------------------------------------------
     def backlog(self, k, rows, reps):
+        rows = rows // k * k  # whole transactions only: the figures divide by what was written
         self.pressure.phase = f"backlog txn={k}"
         log(f"backlog: {rows} rows in transactions of {k}, {reps} rep(s)")
         self.sql.rows("TRUNCATE outbox")
-        self.drop_slots("b_")
+        self.drop_slots("b\\_%")
         self.create_slots([f"b_{what}_{r}" for r in range(reps) for what in ("relay", "recv")])
         end = self.load(rows, k)
         runs = {"pgoutbox": [], "pg_recvlogical": [], "producer_only": []}
@@ -456,7 +468,7 @@ class Bench:
                 log(f"  rep {r} {what:<15} {x['events_per_second']:>10,.0f} ev/s"
                     + (f", relay CPU {x['cpu_us_per_event']:.2f} µs/ev, RSS {x['peak_rss_mb']:.1f} MB, "
                        f"startup {x['startup_seconds']:.2f} s" if what == "pgoutbox" else ""))
-        self.drop_slots("b_")
+        self.drop_slots("b\\_%")
         self.results["backlog"][str(k)] = {"rows": rows, "txn_size": k, "end_lsn": end, "runs": runs}
 
     def pgbench(self, table, rate, secs):
@@ -508,7 +520,7 @@ class Bench:
         ws = self.slot_state("l_relay", "0/0")[1]
         cpu0, ws0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
         n, achieved = self.pgbench("outbox", rate, secs)
-        end = self.sql.one("SELECT pg_current_wal_lsn()")
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
         self.wait_confirmed(p, lines, "l_relay", end, 120)
         cpu1, ws1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
         stats = self.stop_relay(p, lines)
