@@ -665,11 +665,11 @@ def build_table(res):
                for w in ("pgoutbox", "polling")}
         r = eps["pgoutbox"] / eps["polling"] if eps["pgoutbox"] and eps["polling"] else None
         rows.append((f"live {live['rate']}/s: events per relay CPU-second, pgoutbox vs polling relay",
-                     fmt(eps["pgoutbox"]), fmt(eps["polling"]), fmt(r, ".1f") + "×", "≥ 5×",
+                     fmt(eps["pgoutbox"]), fmt(eps["polling"]), fmt(r, ".2f") + "×", "≥ 5×",
                      verdict(r >= 5 if r else None, valid)))
         r = m["polling"]["p50_us"] / m["pgoutbox"]["p50_us"] if m["polling"]["p50_us"] and m["pgoutbox"]["p50_us"] else None
         rows.append((f"live {live['rate']}/s: commit→ack p50 ms, pgoutbox vs polling relay",
-                     fmt_ms(m["pgoutbox"]["p50_us"]), fmt_ms(m["polling"]["p50_us"]), fmt(r, ".1f") + "× lower",
+                     fmt_ms(m["pgoutbox"]["p50_us"]), fmt_ms(m["polling"]["p50_us"]), fmt(r, ".2f") + "× lower",
                      "≥ 10× lower", verdict(r >= 10 if r else None, valid)))
         rows.append((f"live {live['rate']}/s: commit→ack p99 ms, pgoutbox vs polling relay",
                      fmt_ms(m["pgoutbox"]["p99_us"]), fmt_ms(m["polling"]["p99_us"]), "", "info", ""))
@@ -737,7 +737,10 @@ def main():
                                      text=True, check=True).stdout.strip()
         b.start_postgres()
         header = (f"# pgoutbox bench {o.mode} {started:%Y-%m-%dT%H:%M:%SZ}: {os.cpu_count()} cores, PostgreSQL "
-                  f"{b.version}, rows {o.rows}, reps {o.reps}, live {o.live_seconds} s, memory rows {o.mem_rows}"
+                  f"{b.version}, reps {o.reps}"
+                  + (f", backlog rows {o.rows} txn sizes {o.txn_sizes}" if o.mode in ("all", "backlog") else "")
+                  + (f", live {o.live_seconds} s per run" if o.mode in ("all", "live") else "")
+                  + (f", memory rows {o.mem_rows} (backlog txn {o.mem_txn})" if o.mode == "all" else "")
                   + (" (BENCH_QUICK)" if quick else ""))
         log(header)
         if o.mode in ("all", "backlog"):
