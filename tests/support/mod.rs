@@ -15,6 +15,7 @@
 
 pub mod kafka;
 pub mod proxy;
+pub mod tls;
 pub mod verify;
 
 use std::io::{BufRead, BufReader};
