@@ -1,9 +1,9 @@
 //! TLS for tests: a throw-away PKI (a CA and certificates it issues, as PEM files),
 //! and TLS terminators that sit in front of a plain server.
 //!
-//! * [`Terminator::plain_backend`]: TLS in, plaintext out — puts a TLS listener in
-//!   front of the tansu broker, which cannot serve TLS itself (tansu 0.6.0 rejects
-//!   `--cert` together with `--key`), so librdkafka really speaks SASL_SSL.
+//! * [`Terminator::plain_backend`]: TLS in, plaintext out (the SASL gate in
+//!   `sasl_gate` builds on the same machinery for the Kafka broker, which cannot
+//!   serve TLS itself).
 //! * [`Terminator::postgres_interceptor`]: a PostgreSQL-aware TLS interceptor — it
 //!   answers the client's SSLRequest, presents its own certificate (one the client
 //!   trusts), opens its own TLS session to the server and relays the bytes. This is
@@ -114,7 +114,8 @@ impl Issued {
         &self.der
     }
 
-    fn server_config(&self) -> Arc<rustls::ServerConfig> {
+    /// A rustls server configuration presenting this certificate.
+    pub(super) fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -197,7 +198,9 @@ impl Terminator {
         )
     }
 
-    fn serve<F, Fut>(listener: TcpListener, handle: F) -> Terminator
+    /// Accept on `listener` forever, handling each connection with `handle` on this
+    /// terminator's own runtime.
+    pub(super) fn serve<F, Fut>(listener: TcpListener, handle: F) -> Terminator
     where
         F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
