@@ -1,9 +1,8 @@
 //! TLS for tests: a throw-away PKI (a CA and certificates it issues, as PEM files),
-//! and TLS terminators that sit in front of a plain server.
+//! and TLS terminators that sit in front of a server.
 //!
-//! * [`Terminator::plain_backend`]: TLS in, plaintext out (the SASL gate in
-//!   `sasl_gate` builds on the same machinery for the Kafka broker, which cannot
-//!   serve TLS itself).
+//! * the Kafka SASL_SSL gate (`sasl_gate`) builds on the same machinery
+//!   ([`Terminator::serve`]) for the tansu broker, which cannot serve TLS itself.
 //! * [`Terminator::postgres_interceptor`]: a PostgreSQL-aware TLS interceptor — it
 //!   answers the client's SSLRequest, presents its own certificate (one the client
 //!   trusts), opens its own TLS session to the server and relays the bytes. This is
@@ -137,24 +136,9 @@ pub struct Terminator {
 }
 
 impl Terminator {
-    /// Bind a loopback port now (so it can be advertised before the backend starts);
-    /// call [`Terminator::plain_backend`] with it once the backend is up.
+    /// Bind a loopback port now, so it can be advertised before the backend starts.
     pub fn reserve() -> TcpListener {
         TcpListener::bind("127.0.0.1:0").unwrap()
-    }
-
-    /// TLS with `cert` on `listener`; each connection is relayed in plaintext to
-    /// `127.0.0.1:backend`.
-    pub fn plain_backend(listener: TcpListener, cert: &Issued, backend: u16) -> Terminator {
-        let acceptor = tokio_rustls::TlsAcceptor::from(cert.server_config());
-        Self::serve(listener, move |client| {
-            let acceptor = acceptor.clone();
-            async move {
-                let tls = acceptor.accept(client).await?;
-                let server = tokio::net::TcpStream::connect(("127.0.0.1", backend)).await?;
-                relay(tls, server).await
-            }
-        })
     }
 
     /// A PostgreSQL TLS interceptor on a fresh port: it presents `cert` to the client,
