@@ -288,15 +288,23 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
 
-    /// Extra librdkafka producer setting (repeatable), e.g. --kafka-option linger.ms=10.
-    /// Settings that would weaken delivery (acks, enable.idempotence) are refused.
+    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
+    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
+    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
+    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
+    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
+    /// are never shown.
     #[arg(
         long = "kafka-option",
         env = "PGOUTBOX_KAFKA_OPTION",
-        value_delimiter = ',',
         value_name = "KEY=VALUE"
     )]
     pub kafka_options: Vec<String>,
+
+    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
+    /// mounted secret); it overrides a sasl.password given with --kafka-option.
+    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
+    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
 
     /// What to do with an UPDATE or DELETE of an outbox row (only seen with a
     /// publication that publishes them).

@@ -15,8 +15,11 @@
 //!   transport): the pipeline stops confirming in both cases, exits on permanent ones
 //!   and reconnects on transient ones.
 //!
-//! Invariant: exactly one [`Delivery`] is reported for every record `send` accepted.
+//! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted;
+//! no text from librdkafka (log lines, client errors, delivery errors) is logged or
+//! returned before secret configuration values are scrubbed from it.
 
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -25,6 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::kafka::config::Scrubber;
 use crate::metrics::Metrics;
 
 use crate::outbox::record::KafkaRecord;
@@ -130,24 +134,49 @@ pub enum SendError {
     Refused(DeliveryError),
 }
 
-/// The producer could not be created.
+/// The producer could not be created (the message is librdkafka's, scrubbed of
+/// secret values).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot create the Kafka producer: {0}")]
-pub struct CreateError(#[source] KafkaError);
+#[error("cannot create the Kafka producer: {message}")]
+pub struct CreateError {
+    message: String,
+}
 
 struct Context {
     deliveries: mpsc::UnboundedSender<Delivery>,
     metrics: Arc<Metrics>,
+    scrubber: Scrubber,
 }
 
 impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
-        // Broker-level trouble (all brokers down, auth, …): librdkafka keeps retrying;
-        // records stay in flight, so the slot does not move meanwhile.
+        // Broker-level trouble (all brokers down, TLS, SASL, …): librdkafka keeps
+        // retrying; records stay in flight, so the slot does not move meanwhile.
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
             self.metrics.set_producer_connected(false);
         }
-        tracing::warn!(error = %error, reason, "kafka client error");
+        let error = self.scrubber.scrub(&error.to_string());
+        let reason = self.scrubber.scrub(reason);
+        tracing::warn!(error = %error, reason = %reason, "kafka client error");
+    }
+
+    /// librdkafka's own log lines (its `debug` setting), scrubbed, as tracing events
+    /// with target `librdkafka`.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        let message = self.scrubber.scrub(message);
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility, "{message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility, "{message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility, "{message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
+        }
     }
 }
 
@@ -180,7 +209,7 @@ impl ProducerContext for Context {
             let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
             DeliveryError {
                 code,
-                reason: err.to_string(),
+                reason: self.scrubber.scrub(&err.to_string()),
                 topic: message.topic().to_owned(),
                 event_id: header("id")
                     .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -203,21 +232,27 @@ impl ProducerContext for Context {
 pub struct KafkaSink {
     producer: ThreadedProducer<Context>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
+    scrubber: Scrubber,
 }
 
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
+        let scrubber = Scrubber::new(config);
         let producer = config
             .create_with_context(Context {
                 deliveries: tx,
                 metrics,
+                scrubber: scrubber.clone(),
             })
-            .map_err(CreateError)?;
+            .map_err(|err| CreateError {
+                message: scrubber.scrub(&err.to_string()),
+            })?;
         Ok(Self {
             producer,
             deliveries,
+            scrubber,
         })
     }
 
@@ -257,7 +292,7 @@ impl KafkaSink {
                 let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
                 Err(SendError::Refused(DeliveryError {
                     code,
-                    reason: err.to_string(),
+                    reason: self.scrubber.scrub(&err.to_string()),
                     topic: record.topic.clone(),
                     event_id: record.id_text(),
                     permanent: is_permanent(code),
