@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pgoutbox::kafka::config::producer_config;
+use pgoutbox::kafka::config::{producer_config, KafkaOptions};
 use pgoutbox::kafka::producer::{KafkaSink, SendError};
 use pgoutbox::metrics::Metrics;
 use pgoutbox::outbox::record::KafkaRecord;
@@ -80,6 +80,7 @@ async fn poll_once(
                 id: bytes(row.get(1)),
                 event_type: bytes(row.get(4)),
                 timestamp_ms: row.get::<_, i64>(6) / 1000,
+                headers: Vec::new(),
             };
             match sink.send(&record, next) {
                 Ok(()) => {
@@ -126,7 +127,7 @@ async fn run(url: &str, brokers: &str, prefix: &str) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
         .get(0);
-    let config = producer_config(brokers, &[]).map_err(|e| e.to_string())?;
+    let config = producer_config(brokers, &KafkaOptions::default()).map_err(|e| e.to_string())?;
     let mut sink =
         KafkaSink::new(&config, Arc::new(Metrics::default())).map_err(|e| e.to_string())?;
     println!("{}", serde_json::json!({ "backend_pid": pid }));

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pgoutbox::kafka::config::producer_config;
+use pgoutbox::kafka::config::{producer_config, KafkaOptions};
 use pgoutbox::kafka::producer::{KafkaSink, SendError};
 use pgoutbox::metrics::Metrics;
 use pgoutbox::outbox::record::KafkaRecord;
@@ -60,6 +60,7 @@ fn record(topic: &str, i: u64, keys: u64, pad: &str, timestamp_ms: i64) -> Kafka
         id: Some(Bytes::from(id)),
         event_type: Some(Bytes::from_static(b"Happened")),
         timestamp_ms,
+        headers: Vec::new(),
     }
 }
 
@@ -87,7 +88,7 @@ async fn main() -> ExitCode {
     let records: Vec<KafkaRecord> = (0..events)
         .map(|i| record(topic, i, keys, &pad, now_ms))
         .collect();
-    let config = match producer_config(brokers, &[]) {
+    let config = match producer_config(brokers, &KafkaOptions::default()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
