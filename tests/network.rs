@@ -1,0 +1,414 @@
+//! Network faults between the relay and its servers, injected by a TCP proxy the
+//! test controls ([`support::proxy::Proxy`]), one link at a time:
+//!
+//! - the PostgreSQL link: `--database-url` points at a proxy in front of a private
+//!   cluster with `wal_sender_timeout = 5s` (catalog and replication connections
+//!   both go through it; the test's writer and checks connect directly);
+//! - the Kafka link: the broker's own proxy ([`Broker::proxy`]), on a broker of the
+//!   test's own.
+//!
+//! Per link: connection reset mid-stream, black-hole, added latency, and a flow that
+//! a middlebox silently forgets. Every scenario runs under continuous writes and
+//! ends with the verifier (lost = 0, unexpected = 0, reordered = 0, everything
+//! arrived); on the Kafka link the slot must also stay below the events written
+//! during the fault for as long as it lasts. Recovery times and duplicate counts
+//! are printed (`--nocapture`), never asserted.
+//!
+//! Long forms (minute-long black-holes, librdkafka's default request timeout) run
+//! with `PGOUTBOX_LONG=1`.
+
+mod support;
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use support::kafka::{Broker, Reader};
+use support::proxy::Proxy;
+use support::verify::{verify, Ledger, Verdict};
+use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
+
+/// The server's `wal_sender_timeout` in the private cluster.
+const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(5);
+const TYPES: [&str; 2] = ["order", "payment"];
+
+/// A private cluster whose walsenders give up after 5 s without a reply.
+fn cluster() -> &'static PgCluster {
+    static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        PgCluster::start(ClusterOptions {
+            conf: vec![format!(
+                "wal_sender_timeout = '{}s'",
+                WAL_SENDER_TIMEOUT.as_secs()
+            )],
+            ..ClusterOptions::default()
+        })
+    })
+}
+
+/// `pgoutbox run` for `db` (slot and topic prefix named after it) reaching
+/// PostgreSQL at `pg_port`, plus `extra`; waits until it streams.
+fn start_relay(db: &TestDb<'_>, pg_port: u16, broker: &str, extra: &[&str]) -> Pgoutbox {
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{pg_port}/{}?sslmode=disable",
+        db.name
+    );
+    let template = format!("{}.${{routedByValue}}", db.name);
+    let mut args = vec![
+        "run",
+        "--database-url",
+        &url,
+        "--brokers",
+        broker,
+        "--slot",
+        &db.name,
+        "--topic-template",
+        &template,
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let relay = Pgoutbox::spawn(&args);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
+}
+
+/// How many replication sessions the relay started so far.
+fn sessions(relay: &Pgoutbox) -> usize {
+    relay.stderr().matches("relaying outbox to kafka").count()
+}
+
+fn lsn_query(db: &TestDb<'_>, sql: &str) -> u64 {
+    db.psql(sql).parse::<f64>().unwrap_or(0.0) as u64
+}
+
+/// The slot's `confirmed_flush_lsn` (0 while unset).
+fn confirmed(db: &TestDb<'_>) -> u64 {
+    lsn_query(
+        db,
+        &format!(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
+            db.name
+        ),
+    )
+}
+
+/// The server's WAL position now: at or past the commit of everything committed.
+fn current_lsn(db: &TestDb<'_>) -> u64 {
+    lsn_query(db, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+}
+
+/// Wait until the slot confirms `lsn`; returns how long that took.
+fn wait_confirmed(db: &TestDb<'_>, lsn: u64, relay: &Pgoutbox, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    let ok = (|| {
+        while start.elapsed() < timeout {
+            if confirmed(db) >= lsn {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    })();
+    assert!(
+        ok,
+        "the slot did not confirm {lsn} within {timeout:?} (at {}); relay:\n{}",
+        confirmed(db),
+        relay.stderr()
+    );
+    start.elapsed()
+}
+
+fn uuid(rng: &mut Rng) -> String {
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Continuous writes on a thread of their own, straight to PostgreSQL (never
+/// through a proxy): transactions of 1–5 events over 10 keys, a short pause
+/// between them, until stopped or `max` events. Committed events enter the ledger
+/// in commit order (one writer, so commit order is the order of `COMMIT`s).
+struct Load {
+    ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(db: &TestDb<'_>, seed: u64, max: usize) -> Load {
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s, url) = (ledger.clone(), stop.clone(), db.url());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("writer connects");
+                tokio::spawn(conn);
+                let mut rng = Rng::new(seed);
+                let mut n = 0;
+                while !s.load(Ordering::SeqCst) && n < max {
+                    let rows = rng.range(1, 5) as usize;
+                    let mut sql = String::from("BEGIN;");
+                    let mut batch = Vec::new();
+                    for _ in 0..rows {
+                        let (id, key) = (uuid(&mut rng), format!("key-{}", rng.range(0, 9)));
+                        let t = TYPES[rng.range(0, 1) as usize];
+                        sql.push_str(&format!(
+                            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                             VALUES ('{id}', '{t}', '{key}', 'Happened', '{{\"n\": {n}}}');"
+                        ));
+                        batch.push((id, key));
+                        n += 1;
+                    }
+                    sql.push_str("COMMIT;");
+                    client.batch_execute(&sql).await.expect("writer commits");
+                    l.lock().unwrap().committed.extend(batch);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        });
+        Load {
+            ledger,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn committed(&self) -> usize {
+        self.ledger.lock().unwrap().len()
+    }
+
+    /// Wait until `more` events beyond those committed now are committed.
+    fn wait_more(&self, more: usize) {
+        let target = self.committed() + more;
+        wait_for(&format!("{target} committed events"), WAIT, || {
+            (self.committed() >= target).then_some(())
+        });
+    }
+
+    fn finish(mut self) -> Ledger {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("writer thread");
+        }
+        self.ledger.lock().unwrap().clone()
+    }
+}
+
+/// Read every event of `ledger` back, compare, print and assert no loss.
+fn read_and_verify(
+    scenario: &str,
+    db: &TestDb<'_>,
+    broker: &Broker,
+    ledger: &Ledger,
+    relay: &Pgoutbox,
+) -> Verdict {
+    let topics: Vec<String> = TYPES.iter().map(|t| format!("{}.{t}", db.name)).collect();
+    let mut reader = Reader::new(&broker.addr(), &topics);
+    // Incremental: (records looked at, ids still missing).
+    let progress: RefCell<(usize, HashSet<&str>)> = RefCell::new((
+        0,
+        ledger.committed.iter().map(|(id, _)| id.as_str()).collect(),
+    ));
+    let complete = reader.try_read_until(WAIT * 2, |records| {
+        let (seen, missing) = &mut *progress.borrow_mut();
+        for r in &records[*seen..] {
+            missing.remove(r.id().as_str());
+        }
+        *seen = records.len();
+        missing.is_empty()
+    });
+    reader.settle(Duration::from_secs(1));
+    let verdict = verify(ledger, &reader.records);
+    eprintln!(
+        "{scenario}: committed {} delivered {} lost {} duplicated {} (max copies {}) reordered {} sessions {}",
+        verdict.committed,
+        verdict.delivered,
+        verdict.lost,
+        verdict.duplicated_total,
+        verdict.duplicated_max,
+        verdict.reordered,
+        sessions(relay)
+    );
+    assert!(
+        complete,
+        "{scenario}: not every event arrived: {verdict:?}\nrelay:\n{}",
+        relay.stderr()
+    );
+    verdict.assert_no_loss();
+    verdict
+}
+
+// ---------------------------------------------------------------- the proxy itself
+
+/// A loopback echo server; returns its port.
+fn echo_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut r = s.try_clone().unwrap();
+                let _ = std::io::copy(&mut r, &mut s);
+            });
+        }
+    });
+    port
+}
+
+fn echo_once(s: &mut std::net::TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    s.write_all(msg)?;
+    let mut buf = vec![0; msg.len()];
+    s.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+#[test]
+fn proxy_faults_do_what_they_say() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let proxy = Proxy::start(echo_server());
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        s
+    };
+    let mut a = connect();
+    assert_eq!(echo_once(&mut a, b"ping").unwrap(), b"ping");
+
+    // reset: the client sees ECONNRESET, not an orderly EOF; new connections work.
+    assert_eq!(proxy.reset(), 1);
+    let mut buf = [0u8; 8];
+    let err = wait_for("the reset to reach the client", WAIT, || {
+        match a.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            other => Some(other),
+        }
+    });
+    assert_eq!(
+        err.map_err(|e| e.kind()).unwrap_err(),
+        std::io::ErrorKind::ConnectionReset
+    );
+    let mut b = connect();
+    assert_eq!(echo_once(&mut b, b"again").unwrap(), b"again");
+
+    // black-hole: silence both ways (no EOF, no error), then the held bytes arrive.
+    proxy.blackhole(true);
+    let mut c = connect(); // accepted while black-holed
+    let err = echo_once(&mut b, b"held").unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+    proxy.blackhole(false);
+    b.set_read_timeout(Some(WAIT)).unwrap();
+    let mut held = [0u8; 4];
+    b.read_exact(&mut held).unwrap();
+    assert_eq!(&held, b"held");
+    assert_eq!(echo_once(&mut c, b"late").unwrap(), b"late");
+
+    // black-hole of the live flows: they stay silent, a new one works.
+    assert!(proxy.blackhole_live() >= 2);
+    let err = echo_once(&mut c, b"gone").unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+    let mut d = connect();
+    assert_eq!(echo_once(&mut d, b"fresh").unwrap(), b"fresh");
+
+    // latency: a round trip crosses the proxy twice, so takes at least 2 × d.
+    proxy.latency(Duration::from_millis(100));
+    d.set_read_timeout(Some(WAIT)).unwrap();
+    let start = Instant::now();
+    assert_eq!(echo_once(&mut d, b"slow").unwrap(), b"slow");
+    let rtt = start.elapsed();
+    eprintln!("proxy latency 100 ms: echo round trip {rtt:?}");
+    assert!(rtt >= Duration::from_millis(200), "round trip {rtt:?}");
+}
+
+// ------------------------------------------------------------ the PostgreSQL link
+
+/// A test database, a proxy in front of the cluster, the shared broker, continuous
+/// writes and a relay that streams through the proxy.
+struct PgLink {
+    db: TestDb<'static>,
+    proxy: Proxy,
+    broker: &'static Broker,
+    load: Load,
+    relay: Pgoutbox,
+}
+
+impl PgLink {
+    fn start(seed: u64, max: usize) -> PgLink {
+        let db = cluster().fresh_db();
+        let proxy = Proxy::start(cluster().port);
+        let broker = Broker::shared();
+        let relay = start_relay(&db, proxy.port, &broker.addr(), &[]);
+        let load = Load::start(&db, seed, max);
+        load.wait_more(200);
+        PgLink {
+            db,
+            proxy,
+            broker,
+            load,
+            relay,
+        }
+    }
+
+    /// Let the load go on for `more` events, stop it, check the slot catches up and
+    /// verify what Kafka holds.
+    fn finish(self, scenario: &str, more: usize) -> Verdict {
+        self.load.wait_more(more);
+        let ledger = self.load.finish();
+        let end = current_lsn(&self.db);
+        let catch_up = wait_confirmed(&self.db, end, &self.relay, WAIT * 2);
+        eprintln!("{scenario}: slot confirmed the last commit {catch_up:?} after the load stopped");
+        read_and_verify(scenario, &self.db, self.broker, &ledger, &self.relay)
+    }
+}
+
+#[test]
+fn pg_link_reset_mid_stream_loses_nothing() {
+    let link = PgLink::start(1, 20_000);
+    let before = sessions(&link.relay);
+    let cut = link.proxy.reset();
+    let start = Instant::now();
+    link.load.wait_more(50);
+    let at = current_lsn(&link.db); // committed after the reset
+    wait_for("the relay to start a new session", WAIT, || {
+        (sessions(&link.relay) > before).then_some(())
+    });
+    let resumed = start.elapsed();
+    let confirmed_after = wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "pg reset ({cut} connections): new session after {resumed:?}, slot past the reset point after {confirmed_after:?}"
+    );
+    link.finish("pg reset", 500);
+}
+
+#[test]
+fn pg_link_latency_under_load() {
+    let link = PgLink::start(4, 20_000);
+    link.proxy.latency(Duration::from_millis(50));
+    let start = Instant::now();
+    link.load.wait_more(3_000);
+    let written = start.elapsed();
+    let at = current_lsn(&link.db);
+    let caught_up = wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "pg latency 50 ms: 3,000 events written in {written:?}, slot confirmed them {caught_up:?} later"
+    );
+    link.finish("pg latency 50 ms", 200);
+}
