@@ -34,6 +34,10 @@ use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 const WAL_SENDER_TIMEOUT: Duration = Duration::from_secs(5);
 const TYPES: [&str; 2] = ["order", "payment"];
 
+fn long_forms() -> bool {
+    std::env::var("PGOUTBOX_LONG").is_ok_and(|v| v == "1")
+}
+
 /// A private cluster whose walsenders give up after 5 s without a reply.
 fn cluster() -> &'static PgCluster {
     static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
@@ -396,6 +400,56 @@ fn pg_link_reset_mid_stream_loses_nothing() {
         "pg reset ({cut} connections): new session after {resumed:?}, slot past the reset point after {confirmed_after:?}"
     );
     link.finish("pg reset", 500);
+}
+
+#[test]
+fn pg_link_blackhole_beyond_wal_sender_timeout_is_noticed() {
+    let link = PgLink::start(2, 20_000);
+    link.proxy.blackhole(true);
+    let start = Instant::now();
+    link.load.wait_more(50);
+    let at = current_lsn(&link.db); // committed during the black-hole
+                                    // Nothing reaches the relay, not even a FIN once the server gives up on its
+                                    // side after wal_sender_timeout: only the relay's own receive timeout tells it.
+    link.relay.wait_stderr("presumed dead", WAIT);
+    let noticed = start.elapsed();
+    // Keep it up until the server dropped its side too (its wal_sender_timeout).
+    wait_for("the server to release the slot", WAIT, || {
+        let active = link.db.psql(&format!(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = '{}'",
+            link.db.name
+        ));
+        (active == "f").then_some(())
+    });
+    // The outage itself: twice the server's timeout (a minute in the long form).
+    let outage = if long_forms() {
+        Duration::from_secs(60)
+    } else {
+        WAL_SENDER_TIMEOUT * 2
+    };
+    std::thread::sleep(outage.saturating_sub(start.elapsed()));
+    link.proxy.blackhole(false);
+    let outage = start.elapsed();
+    let recovered = wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "pg black-hole {outage:?} (wal_sender_timeout {WAL_SENDER_TIMEOUT:?}): relay noticed after {noticed:?}, slot past the black-hole point {recovered:?} after it lifted"
+    );
+    link.finish("pg black-hole", 500);
+}
+
+#[test]
+fn pg_link_silently_dropped_flow_is_replaced() {
+    let link = PgLink::start(3, 20_000);
+    let dropped = link.proxy.blackhole_live();
+    link.load.wait_more(50);
+    let at = current_lsn(&link.db); // committed after the flow was dropped
+                                    // The old flow never carries another byte (a NAT or load balancer forgot it);
+                                    // new connections work. The relay must give up on the old one by itself.
+    let recovered = wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "pg dropped flow ({dropped} connections, wal_sender_timeout {WAL_SENDER_TIMEOUT:?}): slot past the drop point after {recovered:?}"
+    );
+    link.finish("pg dropped flow", 500);
 }
 
 #[test]
