@@ -204,7 +204,8 @@ impl Load {
         });
     }
 
-    fn finish(mut self) -> Ledger {
+    /// Stop writing; the ledger of everything committed.
+    fn finish(&mut self) -> Ledger {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             t.join().expect("writer thread");
@@ -342,55 +343,108 @@ fn proxy_faults_do_what_they_say() {
     assert!(rtt >= Duration::from_millis(200), "round trip {rtt:?}");
 }
 
-// ------------------------------------------------------------ the PostgreSQL link
+// ------------------------------------------------------------ a relay under load
 
-/// A test database, a proxy in front of the cluster, the shared broker, continuous
-/// writes and a relay that streams through the proxy.
-struct PgLink {
+/// Which link the test breaks.
+enum Faulty {
+    /// A proxy of the test's own between the relay and PostgreSQL; the shared broker.
+    Postgres(Proxy),
+    /// The proxy of a broker of the test's own; PostgreSQL reached directly.
+    Kafka(Broker),
+}
+
+/// A test database, continuous writes, and a relay whose PostgreSQL or Kafka link
+/// runs through a proxy the test controls.
+struct Link {
     db: TestDb<'static>,
-    proxy: Proxy,
-    broker: &'static Broker,
+    faulty: Faulty,
     load: Load,
     relay: Pgoutbox,
 }
 
-impl PgLink {
-    fn start(seed: u64, max: usize) -> PgLink {
-        let db = cluster().fresh_db();
+impl Link {
+    fn postgres(seed: u64) -> Link {
         let proxy = Proxy::start(cluster().port);
-        let broker = Broker::shared();
-        let relay = start_relay(&db, proxy.port, &broker.addr(), &[]);
-        let load = Load::start(&db, seed, max);
+        let port = proxy.port;
+        Self::start(Faulty::Postgres(proxy), port, seed, &[])
+    }
+
+    fn kafka(seed: u64, extra: &[&str]) -> Link {
+        Self::start(Faulty::Kafka(Broker::start()), cluster().port, seed, extra)
+    }
+
+    fn start(faulty: Faulty, pg_port: u16, seed: u64, extra: &[&str]) -> Link {
+        let db = cluster().fresh_db();
+        let broker = match &faulty {
+            Faulty::Postgres(_) => Broker::shared().addr(),
+            Faulty::Kafka(broker) => broker.addr(),
+        };
+        let relay = start_relay(&db, pg_port, &broker, extra);
+        let load = Load::start(&db, seed, 30_000);
         load.wait_more(200);
-        PgLink {
+        Link {
             db,
-            proxy,
-            broker,
+            faulty,
             load,
             relay,
         }
     }
 
+    fn proxy(&self) -> &Proxy {
+        match &self.faulty {
+            Faulty::Postgres(proxy) => proxy,
+            Faulty::Kafka(broker) => broker.proxy(),
+        }
+    }
+
+    fn broker(&self) -> &Broker {
+        match &self.faulty {
+            Faulty::Postgres(_) => Broker::shared(),
+            Faulty::Kafka(broker) => broker,
+        }
+    }
+
+    /// Let `more` events be committed, then return the WAL position: past the
+    /// commit of each of them.
+    fn written(&self, more: usize) -> u64 {
+        self.load.wait_more(more);
+        current_lsn(&self.db)
+    }
+
+    /// Hold a fault for `outage` while asserting the slot stays below `lsn` (events
+    /// committed after the fault began, which cannot have been acked).
+    fn hold_below(&self, lsn: u64, outage: Duration, since: Instant) {
+        while since.elapsed() < outage {
+            let confirmed = confirmed(&self.db);
+            assert!(
+                confirmed < lsn,
+                "slot confirmed {confirmed} ≥ {lsn}: past events Kafka cannot have acked"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Let the load go on for `more` events, stop it, check the slot catches up and
     /// verify what Kafka holds.
-    fn finish(self, scenario: &str, more: usize) -> Verdict {
+    fn finish(mut self, scenario: &str, more: usize) -> Verdict {
         self.load.wait_more(more);
         let ledger = self.load.finish();
         let end = current_lsn(&self.db);
         let catch_up = wait_confirmed(&self.db, end, &self.relay, WAIT * 2);
         eprintln!("{scenario}: slot confirmed the last commit {catch_up:?} after the load stopped");
-        read_and_verify(scenario, &self.db, self.broker, &ledger, &self.relay)
+        read_and_verify(scenario, &self.db, self.broker(), &ledger, &self.relay)
     }
 }
 
+// ------------------------------------------------------------ the PostgreSQL link
+
 #[test]
 fn pg_link_reset_mid_stream_loses_nothing() {
-    let link = PgLink::start(1, 20_000);
+    let link = Link::postgres(1);
     let before = sessions(&link.relay);
-    let cut = link.proxy.reset();
+    let cut = link.proxy().reset();
     let start = Instant::now();
-    link.load.wait_more(50);
-    let at = current_lsn(&link.db); // committed after the reset
+    let at = link.written(50); // committed after the reset
     wait_for("the relay to start a new session", WAIT, || {
         (sessions(&link.relay) > before).then_some(())
     });
@@ -404,13 +458,12 @@ fn pg_link_reset_mid_stream_loses_nothing() {
 
 #[test]
 fn pg_link_blackhole_beyond_wal_sender_timeout_is_noticed() {
-    let link = PgLink::start(2, 20_000);
-    link.proxy.blackhole(true);
+    let link = Link::postgres(2);
+    link.proxy().blackhole(true);
     let start = Instant::now();
-    link.load.wait_more(50);
-    let at = current_lsn(&link.db); // committed during the black-hole
-                                    // Nothing reaches the relay, not even a FIN once the server gives up on its
-                                    // side after wal_sender_timeout: only the relay's own receive timeout tells it.
+    let at = link.written(50); // committed during the black-hole
+                               // Nothing reaches the relay, not even a FIN once the server gives up on its
+                               // side after wal_sender_timeout: only the relay's own receive timeout tells it.
     link.relay.wait_stderr("presumed dead", WAIT);
     let noticed = start.elapsed();
     // Keep it up until the server dropped its side too (its wal_sender_timeout).
@@ -428,7 +481,7 @@ fn pg_link_blackhole_beyond_wal_sender_timeout_is_noticed() {
         WAL_SENDER_TIMEOUT * 2
     };
     std::thread::sleep(outage.saturating_sub(start.elapsed()));
-    link.proxy.blackhole(false);
+    link.proxy().blackhole(false);
     let outage = start.elapsed();
     let recovered = wait_confirmed(&link.db, at, &link.relay, WAIT);
     eprintln!(
@@ -439,12 +492,11 @@ fn pg_link_blackhole_beyond_wal_sender_timeout_is_noticed() {
 
 #[test]
 fn pg_link_silently_dropped_flow_is_replaced() {
-    let link = PgLink::start(3, 20_000);
-    let dropped = link.proxy.blackhole_live();
-    link.load.wait_more(50);
-    let at = current_lsn(&link.db); // committed after the flow was dropped
-                                    // The old flow never carries another byte (a NAT or load balancer forgot it);
-                                    // new connections work. The relay must give up on the old one by itself.
+    let link = Link::postgres(3);
+    let dropped = link.proxy().blackhole_live();
+    let at = link.written(50); // committed after the flow was dropped
+                               // The old flow never carries another byte (a NAT or load balancer forgot it);
+                               // new connections work. The relay must give up on the old one by itself.
     let recovered = wait_confirmed(&link.db, at, &link.relay, WAIT);
     eprintln!(
         "pg dropped flow ({dropped} connections, wal_sender_timeout {WAL_SENDER_TIMEOUT:?}): slot past the drop point after {recovered:?}"
@@ -454,8 +506,8 @@ fn pg_link_silently_dropped_flow_is_replaced() {
 
 #[test]
 fn pg_link_latency_under_load() {
-    let link = PgLink::start(4, 20_000);
-    link.proxy.latency(Duration::from_millis(50));
+    let link = Link::postgres(4);
+    link.proxy().latency(Duration::from_millis(50));
     let start = Instant::now();
     link.load.wait_more(3_000);
     let written = start.elapsed();
@@ -465,4 +517,71 @@ fn pg_link_latency_under_load() {
         "pg latency 50 ms: 3,000 events written in {written:?}, slot confirmed them {caught_up:?} later"
     );
     link.finish("pg latency 50 ms", 200);
+}
+
+// ----------------------------------------------------------------- the Kafka link
+
+#[test]
+fn kafka_link_reset_mid_stream_loses_nothing() {
+    let link = Link::kafka(11, &[]);
+    let cut = link.proxy().reset();
+    let start = Instant::now();
+    let at = link.written(50); // committed after the reset
+    wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "kafka reset ({cut} connections): slot past the reset point {:?} after the reset",
+        start.elapsed()
+    );
+    link.finish("kafka reset", 500);
+}
+
+#[test]
+fn kafka_link_blackhole_holds_the_slot_and_recovers() {
+    let link = Link::kafka(12, &[]);
+    link.proxy().blackhole(true);
+    let start = Instant::now();
+    let at = link.written(50); // committed during the black-hole
+                               // Longer than librdkafka's request timeout (socket.timeout.ms, 60 s) in the long form.
+    let outage = Duration::from_secs(if long_forms() { 75 } else { 10 });
+    link.hold_below(at, outage, start);
+    link.proxy().blackhole(false);
+    let lifted = Instant::now();
+    let recovered = wait_confirmed(&link.db, at, &link.relay, WAIT * 2);
+    eprintln!(
+        "kafka black-hole {:?}: slot stayed below the events written meanwhile; past them {recovered:?} after it lifted",
+        lifted - start
+    );
+    link.finish("kafka black-hole", 500);
+}
+
+#[test]
+fn kafka_link_silently_dropped_flow_is_replaced() {
+    // librdkafka notices a dead connection by its request timeout; the short form
+    // lowers it from the default 60 s (the long form keeps the default).
+    let timeout_ms = if long_forms() { "60000" } else { "10000" };
+    let option = format!("socket.timeout.ms={timeout_ms}");
+    let link = Link::kafka(13, &["--kafka-option", &option]);
+    let dropped = link.proxy().blackhole_live();
+    let start = Instant::now();
+    let at = link.written(50); // committed after the flows were dropped
+    wait_confirmed(&link.db, at, &link.relay, WAIT * 2);
+    eprintln!(
+        "kafka dropped flows ({dropped} connections, socket.timeout.ms={timeout_ms}): slot past the drop point {:?} after the drop",
+        start.elapsed()
+    );
+    link.finish("kafka dropped flows", 500);
+}
+
+#[test]
+fn kafka_link_latency_under_load() {
+    let link = Link::kafka(14, &[]);
+    link.proxy().latency(Duration::from_millis(50));
+    let start = Instant::now();
+    let at = link.written(3_000);
+    let written = start.elapsed();
+    let caught_up = wait_confirmed(&link.db, at, &link.relay, WAIT);
+    eprintln!(
+        "kafka latency 50 ms: 3,000 events written in {written:?}, slot confirmed them {caught_up:?} later"
+    );
+    link.finish("kafka latency 50 ms", 200);
 }
