@@ -15,13 +15,19 @@
 //!   transport): the pipeline stops confirming in both cases, exits on permanent ones
 //!   and reconnects on transient ones.
 //!
-//! Invariant: exactly one [`Delivery`] is reported for every record `send` accepted.
+//! - A *fatal* error of the producer itself ([`KafkaSink::fatal_error`], e.g. the
+//!   idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) ends that producer for good:
+//!   every record it holds fails and no new one is accepted. [`KafkaSink::renew`]
+//!   replaces it with a fresh producer (new producer id, new sequence numbers).
+//!
+//! Invariant: exactly one [`Delivery`] is reported for every record `send` accepted
+//! by the current producer; reports of a replaced producer are discarded.
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
@@ -171,11 +177,30 @@ impl ProducerContext for Context {
 pub struct KafkaSink {
     producer: ThreadedProducer<Context>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// What [`KafkaSink::renew`] builds a new producer from.
+    config: ClientConfig,
+    metrics: Arc<Metrics>,
+    /// The current producer, for [`KafkaSink::prober`] (which outlives a renewal).
+    current: Arc<Mutex<ThreadedProducer<Context>>>,
 }
 
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
+        let (producer, deliveries) = Self::create(config, metrics.clone())?;
+        Ok(Self {
+            current: Arc::new(Mutex::new(producer.clone())),
+            producer,
+            deliveries,
+            config: config.clone(),
+            metrics,
+        })
+    }
+
+    fn create(
+        config: &ClientConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<(ThreadedProducer<Context>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
         let producer = config
             .create_with_context(Context {
@@ -183,10 +208,22 @@ impl KafkaSink {
                 metrics,
             })
             .map_err(CreateError)?;
-        Ok(Self {
-            producer,
-            deliveries,
-        })
+        Ok((producer, deliveries))
+    }
+
+    /// Replace the producer with a new one from the same configuration, e.g. after a
+    /// [fatal error](KafkaSink::fatal_error). Records the old producer still held
+    /// are abandoned without a report: the caller must treat them as not delivered
+    /// (the relay resends everything it has not confirmed from the slot).
+    pub fn renew(&mut self) -> Result<(), CreateError> {
+        let (producer, deliveries) = Self::create(&self.config, self.metrics.clone())?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = producer.clone();
+        let old = std::mem::replace(&mut self.producer, producer);
+        self.deliveries = deliveries;
+        // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
+        // threads: not on the caller's (async) thread.
+        std::thread::spawn(move || drop(old));
+        Ok(())
     }
 
     /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
@@ -244,10 +281,20 @@ impl KafkaSink {
     }
 
     /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
-    /// Cloneable into a blocking task (the producer is reference-counted).
+    /// Cloneable into a blocking task; it follows [`KafkaSink::renew`].
     pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
-        let producer = self.producer.clone();
-        move |timeout| producer.client().fetch_metadata(None, timeout).is_ok()
+        let current = self.current.clone();
+        move |timeout| {
+            let producer = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            producer.client().fetch_metadata(None, timeout).is_ok()
+        }
+    }
+
+    /// The fatal error librdkafka raised on the current producer, if any: the code of
+    /// the underlying cause (e.g. `OutOfOrderSequenceNumber`) and its description.
+    /// Such a producer accepts and delivers nothing more; see [`KafkaSink::renew`].
+    pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        self.producer.client().fatal_error()
     }
 
     /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.
