@@ -361,6 +361,8 @@ async fn survive_fatal(errors: &[RDKafkaRespErr], cause: RDKafkaErrorCode) {
     let refused = sink.send(&record(100), 100);
     assert!(matches!(refused, Err(SendError::Refused(_))), "{refused:?}");
 
+    // Errors the fatal producer did not consume must not hit the new one.
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
     sink.renew().unwrap();
     assert!(sink.fatal_error().is_none());
     let again = send_all(&mut sink, failed.iter().copied().chain(100..130)).await;
@@ -432,6 +434,7 @@ async fn invalid_producer_epoch_fails_records_transiently_and_the_producer_goes_
         assert!(!e.permanent, "{e:?}");
     }
     assert!(sink.fatal_error().is_none());
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
     let failed: Vec<usize> = failed.iter().map(|(n, _)| *n).collect();
     assert_eq!(send_all(&mut sink, failed).await.failed().len(), 0);
 }
