@@ -1,6 +1,10 @@
 # Multi-stage build: compile in the Rust image, run in a small Debian image as a
 # non-root user.
 FROM rust:1-bookworm AS build
+# librdkafka links the system OpenSSL (TLS and SASL/SCRAM to Kafka).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libssl-dev pkg-config \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
@@ -9,7 +13,7 @@ RUN cargo build --release --locked --bin pgoutbox
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home pgoutbox
 COPY --from=build /src/target/release/pgoutbox /usr/local/bin/pgoutbox

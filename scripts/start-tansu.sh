@@ -19,6 +19,12 @@
 #    that the port is free first and exits 1 if it is not.
 # Env: TANSU_BIN (use this binary instead of running install-tansu.sh),
 #      TANSU_CLUSTER_ID (default pgoutbox), RUST_LOG (tansu log filter; default: errors).
+# Security (checked with 0.6.0): TLS is unusable (`--cert` together with `--key` is
+# rejected by its argument parser; `--cert` alone still serves plaintext), and
+# `--authentication` offers SCRAM only, whose users can only be created through
+# AlterUserScramCredentials by an already authenticated client — impossible with the
+# memory storage. Tests put a TLS + SASL/SCRAM gate in front instead
+# (tests/support/sasl_gate.rs) and advertise the gate's port.
 set -euo pipefail
 
 if [[ $# -lt 2 || $# -gt 3 ]]; then

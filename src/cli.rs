@@ -288,20 +288,50 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
 
-    /// Extra librdkafka producer setting (repeatable), e.g. --kafka-option linger.ms=10.
-    /// Settings that would weaken delivery (acks, enable.idempotence) are refused.
+    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
+    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
+    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
+    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
+    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
+    /// are never shown.
     #[arg(
         long = "kafka-option",
         env = "PGOUTBOX_KAFKA_OPTION",
-        value_delimiter = ',',
         value_name = "KEY=VALUE"
     )]
     pub kafka_options: Vec<String>,
+
+    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
+    /// mounted secret); it overrides a sasl.password given with --kafka-option.
+    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
+    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
 
     /// What to do with an UPDATE or DELETE of an outbox row (only seen with a
     /// publication that publishes them).
     #[arg(long, env = "PGOUTBOX_ON_UPDATE", value_enum, default_value_t = OnUpdateArg::Ignore)]
     pub on_update: OnUpdateArg,
+
+    /// What to do with a poison row: `fail` (stop before it, the default), `dlq`
+    /// (write it to --dlq-topic with the reason in headers) or `skip` (log and count).
+    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key, invalid-topic,
+    /// too-large, invalid-json, missing-column. Repeatable, applied in order, e.g.
+    /// `--on-invalid dlq --on-invalid missing-column=fail`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_ON_INVALID",
+        value_delimiter = ',',
+        value_name = "[CAUSE=]fail|dlq|skip"
+    )]
+    pub on_invalid: Vec<String>,
+
+    /// Dead-letter topic for `--on-invalid dlq`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_DLQ_TOPIC",
+        default_value = crate::outbox::invalid::DEFAULT_DLQ_TOPIC,
+        value_name = "TOPIC"
+    )]
+    pub dlq_topic: String,
 
     /// Stop reading WAL while this many records await a Kafka ack.
     #[arg(
@@ -312,7 +342,7 @@ pub struct RunArgs {
     )]
     pub max_in_flight: usize,
 
-    /// Stop reading WAL while this many bytes (key + value + headers) await an ack.
+    /// Stop reading WAL while this many bytes (topic + key + value) await an ack.
     #[arg(long, env = "PGOUTBOX_MAX_IN_FLIGHT_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     pub max_in_flight_bytes: usize,
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use crate::cli::{OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat};
 use crate::config_file::TableOverrides;
-use crate::kafka::config::UnsafeOption;
+use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
+use crate::outbox::invalid::{InvalidPolicy, PolicyError};
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
 use crate::pg::catalog::TableName;
@@ -35,12 +36,9 @@ pub enum ConfigError {
     /// No tables.
     #[error("no outbox table given; fix: pass --table schema.table")]
     NoTables,
-    /// A `--kafka-option` without `=`.
-    #[error("invalid --kafka-option {0:?}: expected key=value, e.g. linger.ms=10")]
-    KafkaOption(String),
-    /// A `--kafka-option` that would weaken delivery.
+    /// A `--kafka-option` that does not parse or would weaken delivery.
     #[error(transparent)]
-    UnsafeKafkaOption(#[from] UnsafeOption),
+    KafkaOption(#[from] OptionError),
     /// Empty `--brokers`.
     #[error(
         "no Kafka brokers given; fix: pass --brokers host:port (or PGOUTBOX_BROKERS, or brokers = \"…\" in the config file)"
@@ -60,6 +58,9 @@ pub enum ConfigError {
     /// Unparseable `--http-addr`.
     #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:9187, or off")]
     HttpAddr(String),
+    /// A bad `--on-invalid` / `--dlq-topic`.
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
 }
 
 /// Where the outbox lives.
@@ -223,16 +224,12 @@ impl RunConfig {
     pub fn from_args(args: &RunArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
         let source = SourceConfig::from_args(&args.source)?;
         let routing = RoutingConfig::from_args(&args.routing, overrides);
-        let mut kafka_options = Vec::new();
-        for raw in &args.kafka_options {
-            let (k, v) = raw
-                .split_once('=')
-                .filter(|(k, _)| !k.trim().is_empty())
-                .ok_or_else(|| ConfigError::KafkaOption(raw.clone()))?;
-            kafka_options.push((k.trim().to_owned(), v.trim().to_owned()));
+        // Parsing also refuses unsafe options, before anything connects.
+        let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
+        if let Some(path) = &args.kafka_sasl_password_file {
+            let password = read_secret("--kafka-sasl-password-file", path)?;
+            kafka_options.set_secret("sasl.password", Secret::from(password));
         }
-        // Check the options now, so a refused one fails before anything connects.
-        crate::kafka::config::producer_config("", &kafka_options)?;
         let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
         if brokers.is_empty() {
             return Err(ConfigError::NoBrokers);
@@ -250,6 +247,7 @@ impl RunConfig {
                 OnUpdateArg::Warn => OnUpdate::Warn,
                 OnUpdateArg::Fail => OnUpdate::Fail,
             },
+            invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
             max_in_flight_records: args.max_in_flight,
             max_in_flight_bytes: args.max_in_flight_bytes,
             drain_timeout: args.drain_timeout,
@@ -276,8 +274,8 @@ impl RunConfig {
 
 impl RunConfig {
     /// The effective configuration as config-file TOML, secrets redacted: the
-    /// database URL without its password, and any Kafka option whose name mentions
-    /// a password, secret or JAAS config.
+    /// database URL without its password, and every secret Kafka option
+    /// ([`crate::kafka::config::is_secret`]).
     pub fn show_toml(&self) -> String {
         let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
         let list = |items: Vec<String>| {
@@ -297,13 +295,9 @@ impl RunConfig {
         line("brokers", q(&self.brokers));
         let options = self
             .kafka_options
-            .iter()
-            .map(|(k, v)| {
-                let secret = ["password", "secret", "jaas", "token"]
-                    .iter()
-                    .any(|s| k.contains(s));
-                format!("{k}={}", if secret { "[redacted]" } else { v })
-            })
+            .redacted()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
             .collect();
         line("kafka_option", list(options));
         line(
@@ -324,6 +318,8 @@ impl RunConfig {
             "max_in_flight_bytes",
             self.pipeline.max_in_flight_bytes.to_string(),
         );
+        line("on_invalid", list(self.pipeline.invalid.describe()));
+        line("dlq_topic", q(&self.pipeline.invalid.dlq_topic));
         line(
             "drain_timeout",
             q(&humantime::format_duration(self.pipeline.drain_timeout).to_string()),

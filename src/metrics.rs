@@ -12,10 +12,17 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::outbox::invalid::{Action, Cause};
+
+/// Column order of the invalid-row counters.
+const ACTIONS: [Action; 3] = [Action::Fail, Action::Dlq, Action::Skip];
+
 /// Records acked by Kafka, per topic.
 pub const EVENTS_PUBLISHED: &str = "outbox_events_published_total";
 /// Records Kafka failed to take, per topic.
 pub const EVENTS_FAILED: &str = "outbox_events_failed_total";
+/// Poison rows by cause and action (`--on-invalid`).
+pub const INVALID_ROWS: &str = "pgoutbox_invalid_rows_total";
 /// Commit → broker-ack latency histogram.
 pub const RELAY_LATENCY: &str = "outbox_relay_latency_seconds";
 /// WAL bytes between the server's WAL end and the confirmed LSN.
@@ -43,6 +50,8 @@ const LATENCY_BUCKETS: [f64; 14] = [
 pub struct Metrics {
     published: Mutex<BTreeMap<String, u64>>,
     failed: Mutex<BTreeMap<String, u64>>,
+    /// [cause][action], indexed by `Cause::index` and `ACTIONS`.
+    invalid: [[AtomicU64; 3]; 5],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -74,6 +83,12 @@ impl Metrics {
     /// A record for `topic` failed.
     pub fn failed(&self, topic: &str) {
         bump(&self.failed, topic);
+    }
+
+    /// A poison row met its policy.
+    pub fn invalid_row(&self, cause: Cause, action: Action) {
+        let a = ACTIONS.iter().position(|x| *x == action).unwrap_or(0);
+        self.invalid[cause.index()][a].fetch_add(1, Ordering::Relaxed);
     }
 
     /// One commit → ack latency sample.
@@ -162,6 +177,21 @@ impl Metrics {
             "Outbox records Kafka did not accept.",
             &self.failed,
         );
+        let _ = writeln!(
+            out,
+            "# HELP {INVALID_ROWS} Poison outbox rows, by cause and the action taken (--on-invalid).\n# TYPE {INVALID_ROWS} counter"
+        );
+        for cause in Cause::ALL {
+            for (action, n) in ACTIONS.iter().zip(&self.invalid[cause.index()]) {
+                let _ = writeln!(
+                    out,
+                    "{INVALID_ROWS}{{cause=\"{}\",action=\"{}\"}} {}",
+                    cause.name(),
+                    action.name(),
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "# HELP {RELAY_LATENCY} Time from transaction commit to Kafka acknowledgement.\n# TYPE {RELAY_LATENCY} histogram"

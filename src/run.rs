@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SourceConfig;
-use crate::kafka::config::{producer_config, UnsafeOption};
+use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
@@ -44,8 +44,8 @@ pub struct RunConfig {
     pub slot: String,
     /// Kafka bootstrap servers.
     pub brokers: String,
-    /// Extra librdkafka settings.
-    pub kafka_options: Vec<(String, String)>,
+    /// Extra librdkafka settings (secret values redacted in `Debug`).
+    pub kafka_options: KafkaOptions,
     /// The relay loop's settings.
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.

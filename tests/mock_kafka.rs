@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pgoutbox::kafka::config::producer_config;
+use pgoutbox::kafka::config::{producer_config, KafkaOptions};
 use pgoutbox::kafka::producer::{is_permanent, Delivery, DeliveryError, KafkaSink, SendError};
 use pgoutbox::metrics::Metrics;
 use pgoutbox::outbox::record::KafkaRecord;
@@ -50,10 +50,8 @@ fn mock() -> Mock {
 
 /// The relay's sink against `mock`, with the relay's settings plus `options`.
 fn sink(mock: &Mock, options: &[(&str, &str)]) -> KafkaSink {
-    let options: Vec<(String, String)> = options
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let raw: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let options = KafkaOptions::parse(&raw).expect("options");
     let config = producer_config(&mock.bootstrap_servers(), &options).expect("config");
     KafkaSink::new(&config, Arc::new(Metrics::default())).expect("producer")
 }
@@ -67,6 +65,7 @@ fn record(n: usize) -> KafkaRecord {
         id: Some(Bytes::from(format!("event-{n}"))),
         event_type: Some(Bytes::from_static(b"Happened")),
         timestamp_ms: 1_700_000_000_000,
+        headers: Vec::new(),
     }
 }
 

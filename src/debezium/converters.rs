@@ -186,7 +186,7 @@ pub(super) fn producer_overrides(cfg: &mut Config, notes: &mut Notes) -> Vec<Str
                 &key,
                 Some(&value),
                 "Java login configuration; give librdkafka the credentials with kafka_option \
-                    sasl.username=... and sasl.password=... (or PGOUTBOX_KAFKA_OPTION)",
+                    sasl.username=... and kafka_sasl_password_file (the password in a file)",
             ),
             j if j.starts_with("ssl.truststore.")
                 || j.starts_with("ssl.keystore.")

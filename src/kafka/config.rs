@@ -1,7 +1,7 @@
 //! Producer configuration.
 //!
-//! Owns the librdkafka settings that make delivery safe, and the rule for user
-//! overrides. Invariants:
+//! Owns the librdkafka settings that make delivery safe, the rule for user
+//! overrides, and the handling of secret settings. Invariants:
 //! - `enable.idempotence=true` and `acks=all`: a retry never duplicates or reorders
 //!   within a partition, and an ack means every in-sync replica has the record.
 //! - `message.timeout.ms=0` (infinite): an outage is waited out by librdkafka's own
@@ -11,10 +11,22 @@
 //! - Users may override anything with `--kafka-option`, except that turning
 //!   idempotence off or weakening acks is refused: it would break the per-key order and
 //!   "acked = durable" promises the LSN confirmation rests on.
+//! - The value of a secret setting ([`is_secret`]: `sasl.password`, `*.password`,
+//!   `ssl.key.pem`, `*secret*`, …) lives only in a [`Secret`]: `Debug` and
+//!   [`KafkaOptions::redacted`] print `[redacted]`, and [`Scrubber`] removes it from
+//!   any text librdkafka produces before that text is logged or returned in an error.
+//!
+//! Several options can share one `--kafka-option` / `PGOUTBOX_KAFKA_OPTION` value,
+//! comma-separated; a comma only starts a new option when `key=` follows it, so
+//! `debug=broker,topic` and a password containing a comma stay whole.
 //!
 //! See <https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md>.
 
+use std::fmt;
+
 use rdkafka::ClientConfig;
+
+use crate::secret::Secret;
 
 /// A `--kafka-option` that would break the delivery guarantees.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +40,21 @@ pub struct UnsafeOption {
     pub why: &'static str,
     /// The value pgoutbox uses.
     pub required: &'static str,
+}
+
+/// A `--kafka-option` that does not parse. Never holds text that may be a secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionError {
+    /// A bare word that looks like a property name, without `=value`.
+    #[error("invalid --kafka-option {0:?}: expected key=value, e.g. linger.ms=10")]
+    NoValue(String),
+    /// Text that is not shaped like `key=value`; not shown, as it may be a secret.
+    #[error("invalid --kafka-option (text not shown, it may hold a secret): expected key=value, e.g. linger.ms=10; give the SASL password with --kafka-sasl-password-file")]
+    Withheld,
+    /// A setting that would weaken delivery.
+    #[error(transparent)]
+    Unsafe(#[from] UnsafeOption),
 }
 
 /// Settings applied before user options, as (key, value).
@@ -45,19 +72,189 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "lz4"),
 ];
 
+/// Whether the value of librdkafka property `key` is a credential: passwords and
+/// passphrases, secrets, tokens, JAAS/OAUTHBEARER configuration, inline private keys.
+pub fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.ends_with("password")
+        || key.contains("passphrase")
+        || key.contains("secret")
+        || key.contains("token")
+        || key.contains("jaas")
+        || key.contains("private.key")
+        || key == "ssl.key.pem"
+        || key == "ssl_key"
+        || key == "sasl.oauthbearer.config"
+}
+
+/// Removes the secret values of a librdkafka configuration from text (librdkafka's
+/// log lines and error messages), replacing each by `[redacted]`.
+#[derive(Clone, Default)]
+pub struct Scrubber {
+    secrets: Vec<Secret>,
+}
+
+impl Scrubber {
+    /// A scrubber for the secret settings of `config`.
+    pub fn new(config: &ClientConfig) -> Self {
+        // `config_map()` masks the values librdkafka knows to be sensitive; `get`
+        // returns what was set.
+        let secrets = config
+            .config_map()
+            .keys()
+            .filter(|key| is_secret(key))
+            .filter_map(|key| config.get(key))
+            .filter(|value| !value.is_empty())
+            .map(Secret::from)
+            .collect();
+        Scrubber { secrets }
+    }
+
+    /// `text` without any secret value.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            out = out.replace(secret.expose(), "[redacted]");
+        }
+        out
+    }
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Value {
+    Plain(String),
+    Secret(Secret),
+}
+
+impl Value {
+    fn new(key: &str, value: String) -> Self {
+        if is_secret(key) {
+            Value::Secret(Secret::from(value))
+        } else {
+            Value::Plain(value)
+        }
+    }
+
+    fn expose(&self) -> &str {
+        match self {
+            Value::Plain(v) => v,
+            Value::Secret(s) => s.expose(),
+        }
+    }
+}
+
+/// The user's librdkafka settings, in order; secret values are [`Secret`]s.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaOptions {
+    items: Vec<(String, Value)>,
+}
+
+impl KafkaOptions {
+    /// Parse `--kafka-option` values (each may hold several comma-separated options)
+    /// and refuse the ones that would weaken delivery.
+    pub fn parse<S: AsRef<str>>(raw: &[S]) -> Result<Self, OptionError> {
+        let mut options = KafkaOptions::default();
+        for text in raw {
+            for part in split_options(text.as_ref()) {
+                let Some((key, value)) = part.split_once('=').filter(|(k, _)| is_key(k.trim()))
+                else {
+                    let word = part.trim();
+                    return Err(if is_key(word) {
+                        OptionError::NoValue(word.to_owned())
+                    } else {
+                        OptionError::Withheld
+                    });
+                };
+                let (key, value) = (key.trim(), value.trim());
+                check_option(key, value)?;
+                options.set(key, Value::new(key, value.to_owned()));
+            }
+        }
+        Ok(options)
+    }
+
+    /// Set `key` to a secret (e.g. `sasl.password` from a file), replacing any value.
+    pub fn set_secret(&mut self, key: &str, value: Secret) {
+        self.set(key, Value::Secret(value));
+    }
+
+    fn set(&mut self, key: &str, value: Value) {
+        match self.items.iter_mut().find(|(k, _)| k == key) {
+            Some((_, slot)) => *slot = value,
+            None => self.items.push((key.to_owned(), value)),
+        }
+    }
+
+    /// The settings with secret values shown as `[redacted]`, for display.
+    pub fn redacted(&self) -> Vec<(String, String)> {
+        self.items
+            .iter()
+            .map(|(k, v)| {
+                let shown = match v {
+                    Value::Plain(text) => text.clone(),
+                    Value::Secret(_) => "[redacted]".to_owned(),
+                };
+                (k.clone(), shown)
+            })
+            .collect()
+    }
+
+    /// Whether no option is set.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.redacted()).finish()
+    }
+}
+
+/// Split one raw value at the commas that start another `key=` option.
+fn split_options(raw: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (i, _) in raw.match_indices(',') {
+        let next = raw[i + 1..].trim_start();
+        let starts_option = next
+            .split_once('=')
+            .is_some_and(|(key, _)| is_key(key.trim_end()));
+        if starts_option {
+            parts.push(&raw[start..i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&raw[start..]);
+    // Stray separators (" , ", a trailing comma) are not options.
+    parts
+        .into_iter()
+        .filter(|p| !p.trim().trim_matches(',').trim().is_empty())
+        .collect()
+}
+
+/// A librdkafka property name: `linger.ms`, `sasl.mechanism`, `ssl_key`.
+fn is_key(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text.len() <= 100
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 /// Build the librdkafka configuration: defaults, then user `options`.
 pub fn producer_config(
     brokers: &str,
-    options: &[(String, String)],
+    options: &KafkaOptions,
 ) -> Result<ClientConfig, UnsafeOption> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
     for (k, v) in DEFAULTS {
         config.set(*k, *v);
     }
-    for (key, value) in options {
-        check_option(key, value)?;
-        config.set(key, value);
+    for (key, value) in &options.items {
+        check_option(key, value.expose())?;
+        config.set(key, value.expose());
     }
     Ok(config)
 }
@@ -88,16 +285,13 @@ fn check_option(key: &str, value: &str) -> Result<(), UnsafeOption> {
 mod tests {
     use super::*;
 
+    fn options(raw: &[&str]) -> KafkaOptions {
+        KafkaOptions::parse(raw).unwrap()
+    }
+
     #[test]
     fn defaults_are_safe_and_overridable() {
-        let cfg = producer_config(
-            "b:9092",
-            &[
-                ("linger.ms".into(), "20".into()),
-                ("acks".into(), "-1".into()),
-            ],
-        )
-        .unwrap();
+        let cfg = producer_config("b:9092", &options(&["linger.ms=20", "acks=-1"])).unwrap();
         assert_eq!(cfg.get("enable.idempotence"), Some("true"));
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cfg.get("linger.ms"), Some("20"));
@@ -106,8 +300,89 @@ mod tests {
 
     #[test]
     fn weakening_options_are_refused_with_the_fix() {
-        let err = producer_config("b", &[("acks".into(), "1".into())]).unwrap_err();
+        let err = KafkaOptions::parse(&["acks=1"]).unwrap_err();
         assert!(err.to_string().contains("pgoutbox sets acks=all"), "{err}");
-        assert!(producer_config("b", &[("enable.idempotence".into(), "false".into())]).is_err());
+        assert!(KafkaOptions::parse(&["enable.idempotence=false"]).is_err());
+    }
+
+    #[test]
+    fn commas_split_only_before_another_key() {
+        // (A secret containing ",key=" would be cut there: such passwords belong in
+        // --kafka-sasl-password-file.)
+        let o = options(&["linger.ms=10, debug=broker,topic,msg ,sasl.password=a,b=c,d"]);
+        let shown = o.redacted();
+        assert_eq!(
+            shown,
+            [
+                ("linger.ms".to_owned(), "10".to_owned()),
+                ("debug".to_owned(), "broker,topic,msg".to_owned()),
+                ("sasl.password".to_owned(), "[redacted]".to_owned()),
+                ("b".to_owned(), "c,d".to_owned()),
+            ]
+        );
+        let cfg = producer_config("b", &options(&["sasl.password=p,w d", "x.y=1"])).unwrap();
+        assert_eq!(cfg.get("sasl.password"), Some("p,w d"));
+        assert_eq!(cfg.get("x.y"), Some("1"));
+        // The later value of a key wins; a file-given secret replaces the option.
+        let mut o = options(&["linger.ms=1", "linger.ms=2", "sasl.password=old"]);
+        o.set_secret("sasl.password", Secret::from("new"));
+        let cfg = producer_config("b", &o).unwrap();
+        assert_eq!(cfg.get("linger.ms"), Some("2"));
+        assert_eq!(cfg.get("sasl.password"), Some("new"));
+    }
+
+    #[test]
+    fn secrets_are_recognised_and_never_shown() {
+        for key in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.config",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
+            "sasl.oauthbearer.assertion.private.key.pem",
+            "ssl.key.pem",
+            "sasl.jaas.config",
+            "SASL.PASSWORD",
+        ] {
+            assert!(is_secret(key), "{key}");
+        }
+        for key in [
+            "sasl.username",
+            "ssl.ca.location",
+            "ssl.key.location",
+            "linger.ms",
+        ] {
+            assert!(!is_secret(key), "{key}");
+        }
+        let o = options(&[
+            "sasl.username=relay",
+            "sasl.password=canary-123",
+            "ssl.key.password=canary-456",
+        ]);
+        let debug = format!("{o:?}");
+        assert!(!debug.contains("canary"), "{debug}");
+        assert!(debug.contains("\"sasl.username\": \"relay\""), "{debug}");
+        let cfg = producer_config("b", &o).unwrap();
+        assert_eq!(
+            Scrubber::new(&cfg).scrub("auth failed for relay with canary-123 / canary-456"),
+            "auth failed for relay with [redacted] / [redacted]"
+        );
+    }
+
+    #[test]
+    fn malformed_options_never_echo_what_may_be_a_secret() {
+        assert_eq!(
+            KafkaOptions::parse(&["linger.ms"]).unwrap_err(),
+            OptionError::NoValue("linger.ms".into())
+        );
+        let err = KafkaOptions::parse(&["sasl.password hunter2"]).unwrap_err();
+        assert_eq!(err, OptionError::Withheld);
+        assert!(!err.to_string().contains("hunter2"));
+        assert_eq!(
+            KafkaOptions::parse(&["=x"]).unwrap_err(),
+            OptionError::Withheld
+        );
+        assert!(options(&["", " , "]).is_empty());
     }
 }

@@ -20,9 +20,12 @@
 //!   every record it holds fails and no new one is accepted. [`KafkaSink::renew`]
 //!   replaces it with a fresh producer (new producer id, new sequence numbers).
 //!
-//! Invariant: exactly one [`Delivery`] is reported for every record `send` accepted
-//! by the current producer; reports of a replaced producer are discarded.
+//! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
+//! by the current producer (reports of a replaced producer are discarded); no text
+//! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
+//! logged or returned before secret configuration values are scrubbed from it.
 
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -31,6 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::kafka::config::Scrubber;
 use crate::metrics::Metrics;
 
 use crate::outbox::record::KafkaRecord;
@@ -60,6 +64,33 @@ pub struct DeliveryError {
     pub event_id: String,
     /// Whether retrying the same record can never succeed.
     pub permanent: bool,
+    /// The refused record's key and `event_type` header, kept for a dead letter
+    /// when the broker refused the record's size (`None` otherwise).
+    pub refused: Option<Box<RefusedRecord>>,
+}
+
+/// What a dead letter needs of a record the broker refused.
+#[derive(Debug, Clone)]
+pub struct RefusedRecord {
+    /// Record key.
+    pub key: Option<bytes::Bytes>,
+    /// Header `event_type`.
+    pub event_type: Option<bytes::Bytes>,
+}
+
+impl DeliveryError {
+    /// Whether the record was refused for its size (by librdkafka or the broker).
+    pub fn is_too_large(&self) -> bool {
+        is_too_large(self.code)
+    }
+}
+
+/// Whether a Kafka error code means "this record is too large".
+pub fn is_too_large(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize
+    )
 }
 
 fn fix_for(code: RDKafkaErrorCode) -> &'static str {
@@ -109,24 +140,49 @@ pub enum SendError {
     Refused(DeliveryError),
 }
 
-/// The producer could not be created.
+/// The producer could not be created (the message is librdkafka's, scrubbed of
+/// secret values).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot create the Kafka producer: {0}")]
-pub struct CreateError(#[source] KafkaError);
+#[error("cannot create the Kafka producer: {message}")]
+pub struct CreateError {
+    message: String,
+}
 
 struct Context {
     deliveries: mpsc::UnboundedSender<Delivery>,
     metrics: Arc<Metrics>,
+    scrubber: Scrubber,
 }
 
 impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
-        // Broker-level trouble (all brokers down, auth, …): librdkafka keeps retrying;
-        // records stay in flight, so the slot does not move meanwhile.
+        // Broker-level trouble (all brokers down, TLS, SASL, …): librdkafka keeps
+        // retrying; records stay in flight, so the slot does not move meanwhile.
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
             self.metrics.set_producer_connected(false);
         }
-        tracing::warn!(error = %error, reason, "kafka client error");
+        let error = self.scrubber.scrub(&error.to_string());
+        let reason = self.scrubber.scrub(reason);
+        tracing::warn!(error = %error, reason = %reason, "kafka client error");
+    }
+
+    /// librdkafka's own log lines (its `debug` setting), scrubbed, as tracing events
+    /// with target `librdkafka`.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        let message = self.scrubber.scrub(message);
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility, "{message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility, "{message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility, "{message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
+        }
     }
 }
 
@@ -138,16 +194,9 @@ impl ProducerContext for Context {
             Ok(m) => (m, Ok(())),
             Err((err, m)) => (m, Err(err.clone())),
         };
-        let header = |name: &str| {
-            message
-                .headers()
-                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
-        };
         // Same formula as KafkaRecord::size, over the same raw bytes.
         let size = message.key().map_or(0, <[u8]>::len)
             + message.payload().map_or(0, <[u8]>::len)
-            + header("id").map_or(0, <[u8]>::len)
-            + header("event_type").map_or(0, <[u8]>::len)
             + message.topic().len();
         match &outcome {
             Ok(()) => {
@@ -156,16 +205,28 @@ impl ProducerContext for Context {
             }
             Err(_) => self.metrics.failed(message.topic()),
         }
+        let header = |name: &str| {
+            message
+                .headers()
+                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
+        };
         let result = outcome.map_err(|err| {
             let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+            let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
             DeliveryError {
                 code,
-                reason: err.to_string(),
+                reason: self.scrubber.scrub(&err.to_string()),
                 topic: message.topic().to_owned(),
                 event_id: header("id")
                     .map(|v| String::from_utf8_lossy(v).into_owned())
                     .unwrap_or_else(|| "<null id>".into()),
                 permanent: is_permanent(code),
+                refused: is_too_large(code).then(|| {
+                    Box::new(RefusedRecord {
+                        key: copy(message.key()),
+                        event_type: copy(header("event_type")),
+                    })
+                }),
             }
         });
         // The receiver is gone only when the relay is shutting down.
@@ -177,6 +238,7 @@ impl ProducerContext for Context {
 pub struct KafkaSink {
     producer: ThreadedProducer<Context>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
+    scrubber: Scrubber,
     /// What [`KafkaSink::renew`] builds a new producer from.
     config: ClientConfig,
     metrics: Arc<Metrics>,
@@ -187,11 +249,13 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
-        let (producer, deliveries) = Self::create(config, metrics.clone())?;
+        let scrubber = Scrubber::new(config);
+        let (producer, deliveries) = Self::create(config, &scrubber, metrics.clone())?;
         Ok(Self {
             current: Arc::new(Mutex::new(producer.clone())),
             producer,
             deliveries,
+            scrubber,
             config: config.clone(),
             metrics,
         })
@@ -199,6 +263,7 @@ impl KafkaSink {
 
     fn create(
         config: &ClientConfig,
+        scrubber: &Scrubber,
         metrics: Arc<Metrics>,
     ) -> Result<(ThreadedProducer<Context>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
@@ -206,8 +271,11 @@ impl KafkaSink {
             .create_with_context(Context {
                 deliveries: tx,
                 metrics,
+                scrubber: scrubber.clone(),
             })
-            .map_err(CreateError)?;
+            .map_err(|err| CreateError {
+                message: scrubber.scrub(&err.to_string()),
+            })?;
         Ok((producer, deliveries))
     }
 
@@ -216,7 +284,8 @@ impl KafkaSink {
     /// are abandoned without a report: the caller must treat them as not delivered
     /// (the relay resends everything it has not confirmed from the slot).
     pub fn renew(&mut self) -> Result<(), CreateError> {
-        let (producer, deliveries) = Self::create(&self.config, self.metrics.clone())?;
+        let (producer, deliveries) =
+            Self::create(&self.config, &self.scrubber, self.metrics.clone())?;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = producer.clone();
         let old = std::mem::replace(&mut self.producer, producer);
         self.deliveries = deliveries;
@@ -228,7 +297,7 @@ impl KafkaSink {
 
     /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
     pub fn send(&self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(2);
+        let mut headers = OwnedHeaders::new_with_capacity(2 + record.headers.len());
         headers = headers.insert(Header {
             key: "id",
             value: record.id.as_deref(),
@@ -237,6 +306,12 @@ impl KafkaSink {
             key: "event_type",
             value: record.event_type.as_deref(),
         });
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(&value[..]),
+            });
+        }
         let mut base: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(&record.topic, tag)
                 .headers(headers)
@@ -256,10 +331,11 @@ impl KafkaSink {
                 let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
                 Err(SendError::Refused(DeliveryError {
                     code,
-                    reason: err.to_string(),
+                    reason: self.scrubber.scrub(&err.to_string()),
                     topic: record.topic.clone(),
                     event_id: record.id_text(),
                     permanent: is_permanent(code),
+                    refused: None,
                 }))
             }
         }
@@ -294,7 +370,8 @@ impl KafkaSink {
     /// the underlying cause (e.g. `OutOfOrderSequenceNumber`) and its description.
     /// Such a producer accepts and delivers nothing more; see [`KafkaSink::renew`].
     pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
-        self.producer.client().fatal_error()
+        let (code, reason) = self.producer.client().fatal_error()?;
+        Some((code, self.scrubber.scrub(&reason)))
     }
 
     /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.

@@ -72,7 +72,14 @@ pub struct ResolvedMapping {
     event_type: Option<usize>,
     payload: usize,
     timestamp: Option<usize>,
+    /// The payload column is neither `json` nor `jsonb`: PostgreSQL did not check
+    /// that it holds JSON.
+    payload_unchecked: bool,
 }
+
+/// Type oids whose values PostgreSQL guarantees to be JSON.
+const JSON_OID: u32 = 114;
+const JSONB_OID: u32 = 3802;
 
 impl ColumnMapping {
     /// Find every mapped column in `relation`. id, route, key and payload are
@@ -92,14 +99,17 @@ impl ColumnMapping {
                     .join(", "),
             })
         };
+        let payload = require(&self.payload, "payload")?;
+        let payload_type = relation.columns[payload].type_oid;
         Ok(ResolvedMapping {
             id: require(&self.id, "id")?,
             aggregate_type: find(&self.aggregate_type),
             route_by: require(&self.route_by, "route-by field")?,
             key: require(&self.key, "key")?,
             event_type: find(&self.event_type),
-            payload: require(&self.payload, "payload")?,
+            payload,
             timestamp: find(&self.timestamp),
+            payload_unchecked: payload_type != JSON_OID && payload_type != JSONB_OID,
         })
     }
 }
@@ -124,6 +134,12 @@ pub struct OutboxEvent {
 }
 
 impl ResolvedMapping {
+    /// Whether the payload column's type leaves JSON syntax unchecked (`text`,
+    /// `varchar`, `bytea`, …), so the relay must check it.
+    pub fn payload_unchecked(&self) -> bool {
+        self.payload_unchecked
+    }
+
     /// Extract the event from an inserted tuple.
     pub fn event(&self, tuple: &TupleData) -> OutboxEvent {
         let value = |idx: usize| match tuple.0.get(idx) {

@@ -5,8 +5,12 @@
 //! - [`routing`]: the topic template (Debezium's `${routedByValue}` syntax) and key rules.
 //! - [`tables`]: which relations are outbox tables, per relation id.
 //! - [`record`]: event → Kafka record (topic, key, value, headers, timestamp).
+//! - [`invalid`]: poison rows — causes, the `--on-invalid` policy, dead letters.
+//! - [`json`]: the JSON syntax check for payloads in `text` columns.
 
 pub mod event;
+pub mod invalid;
+pub mod json;
 pub mod record;
 pub mod routing;
 pub mod tables;

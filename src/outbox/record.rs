@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use crate::outbox::event::OutboxEvent;
 use crate::outbox::routing::{self, TopicTemplate};
-use crate::pg::timestamp::{parse_timestamptz_millis, to_unix_micros};
+use crate::pg::timestamp::{parse_timestamp_bytes, to_unix_micros};
 
 /// One record ready for the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct KafkaRecord {
     pub event_type: Option<Bytes>,
     /// Record timestamp, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// Further headers (dead-letter records only; empty otherwise, so no allocation).
+    pub headers: Vec<(&'static str, Bytes)>,
 }
 
 impl KafkaRecord {
@@ -42,8 +44,7 @@ impl KafkaRecord {
         let timestamp_ms = event
             .timestamp
             .as_deref()
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .and_then(parse_timestamptz_millis)
+            .and_then(parse_timestamp_bytes)
             .unwrap_or_else(|| to_unix_micros(commit_time).div_euclid(1000));
         Self {
             topic: template.render(&route),
@@ -52,6 +53,7 @@ impl KafkaRecord {
             id: event.id.clone(),
             event_type: event.event_type.clone(),
             timestamp_ms,
+            headers: Vec::new(),
         }
     }
 
@@ -60,10 +62,12 @@ impl KafkaRecord {
         routing::is_valid_topic(&self.topic)
     }
 
-    /// Bytes this record occupies in flight (key + value + headers).
+    /// Bytes this record counts in flight: topic + key + value. Headers are left
+    /// out so the delivery callback can compute the same figure from the message
+    /// without looking headers up by name (once per record, on the hot path).
     pub fn size(&self) -> usize {
         let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
-        len(&self.key) + len(&self.value) + len(&self.id) + len(&self.event_type) + self.topic.len()
+        len(&self.key) + len(&self.value) + self.topic.len()
     }
 
     /// The event id as text, for error messages.

@@ -31,6 +31,23 @@ pub enum RelationRoute {
     Ignore,
     /// An outbox table, its resolved column mapping and its topic template.
     Outbox(TableName, ResolvedMapping, TopicTemplate),
+    /// An outbox table that lacks a mapped column (renamed or dropped): its rows
+    /// are poison (`missing-column`).
+    Unmapped(Box<Unmapped>),
+}
+
+/// An outbox table whose columns no longer match its mapping. Keeps the column
+/// names so a row can still be dead-lettered whole.
+#[derive(Debug, Clone)]
+pub struct Unmapped {
+    /// The table.
+    pub table: TableName,
+    /// The first mapped column that is missing.
+    pub missing: MissingColumn,
+    /// The table's columns, in tuple order.
+    pub columns: Vec<String>,
+    /// Position of the id column, if it still exists.
+    pub id: Option<usize>,
 }
 
 /// Routing decisions by relation id.
@@ -50,22 +67,36 @@ impl OutboxTables {
     }
 
     /// Record (or replace) the decision for a relation. A configured outbox table
-    /// that lacks a mapped column is an error: the relay cannot build its records.
+    /// that lacks a mapped column is recorded as [`RelationRoute::Unmapped`] and
+    /// also returned as an error, for callers that stop right there.
     pub fn on_relation(&mut self, relation: &Relation) -> Result<(), MissingColumn> {
         let table = TableName {
             schema: relation.namespace.clone(),
             name: relation.name.clone(),
         };
-        let route = match self.specs.iter().find(|s| s.table == table) {
-            Some(spec) => RelationRoute::Outbox(
-                table,
-                spec.mapping.resolve(relation)?,
-                spec.template.clone(),
-            ),
-            None => RelationRoute::Ignore,
+        let (route, result) = match self.specs.iter().find(|s| s.table == table) {
+            Some(spec) => match spec.mapping.resolve(relation) {
+                Ok(mapping) => (
+                    RelationRoute::Outbox(table, mapping, spec.template.clone()),
+                    Ok(()),
+                ),
+                Err(missing) => {
+                    let columns: Vec<String> =
+                        relation.columns.iter().map(|c| c.name.clone()).collect();
+                    let id = columns.iter().position(|c| *c == spec.mapping.id);
+                    let unmapped = Unmapped {
+                        table,
+                        missing: missing.clone(),
+                        columns,
+                        id,
+                    };
+                    (RelationRoute::Unmapped(Box::new(unmapped)), Err(missing))
+                }
+            },
+            None => (RelationRoute::Ignore, Ok(())),
         };
         self.routes.insert(relation.id, route);
-        Ok(())
+        result
     }
 
     /// The decision for `relid`, `None` if no Relation message described it.

@@ -15,7 +15,8 @@ use std::fmt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::channel_binding::Refusal;
+use crate::pg::conninfo::{ChannelBinding, ConnInfo, SslMode};
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::quote_ident;
 use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
@@ -34,6 +35,14 @@ pub enum CatalogError {
     /// TLS configuration failed.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// `channel_binding=require` could not be met (nothing was sent that could leak
+    /// the password).
+    #[error("cannot connect to {target}: authentication of user {user:?} failed: {reason}")]
+    ChannelBinding {
+        target: String,
+        user: String,
+        reason: String,
+    },
     /// A query failed.
     #[error("{context}: {}", describe(source))]
     Query {
@@ -99,7 +108,10 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
             if let Some(detail) = db.detail() {
                 text.push_str(&format!("; detail: {detail}"));
             }
-            if let Some(hint) = db.hint() {
+            let hint = db
+                .hint()
+                .or_else(|| crate::pg::connection::auth_hint(db.message()));
+            if let Some(hint) = hint {
                 text.push_str(&format!("; hint: {hint}"));
             }
             text
@@ -111,6 +123,7 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
                 text.push_str(&format!(": {s}"));
                 source = s.source();
             }
+            text.push_str(tls::chain_fix(err));
             text
         }
     }
@@ -121,10 +134,16 @@ impl CatalogError {
     /// connection dropped); configuration and permission problems are definite.
     pub fn is_transient(&self) -> bool {
         let pg_transient = |e: &tokio_postgres::Error| match e.code() {
+            // 08P01 (protocol violation, e.g. a failed channel-binding check) is not
+            // a connection glitch.
+            Some(code) if code == &SqlState::PROTOCOL_VIOLATION => false,
             Some(code) => {
                 let c = code.code();
                 c.starts_with("08") || c.starts_with("57") || c.starts_with("53")
             }
+            // A TLS failure (certificate rejected) is definite, like on the
+            // replication connection.
+            None if tls::rustls_in_chain(e).is_some() => false,
             None => e.is_closed() || e.as_db_error().is_none(),
         };
         match self {
@@ -195,10 +214,42 @@ pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
             .await
             .map(|(client, conn)| spawn_connection(client, conn)),
     };
-    connected.map_err(|source| CatalogError::Connect {
+    connected.map_err(|source| connect_error(info, source))
+}
+
+/// tokio-postgres reports an unmet `channel_binding=require` as "server did not use
+/// channel binding"; say why and what to change instead.
+fn connect_error(info: &ConnInfo, source: tokio_postgres::Error) -> CatalogError {
+    let unbound = info.channel_binding == ChannelBinding::Require
+        && source.as_db_error().is_none()
+        && describe(&source).contains("channel binding");
+    if !unbound {
+        return CatalogError::Connect {
+            target: info.redacted(),
+            source,
+        };
+    }
+    let target = info
+        .hosts
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let reason = if info.sslmode == SslMode::Disable {
+        Refusal::NotTls { target }.to_string()
+    } else {
+        format!(
+            "channel_binding=require, but the server at {target} did not complete a \
+             SCRAM-SHA-256-PLUS exchange: the connection is not TLS (the server declined \
+             SSL), or this user's pg_hba.conf method is not scram-sha-256 (no password was \
+             sent); fix: use sslmode=require or stricter with ssl = on in the server and \
+             scram-sha-256 in pg_hba.conf, or set channel_binding=prefer"
+        )
+    };
+    CatalogError::ChannelBinding {
         target: info.redacted(),
-        source,
-    })
+        user: info.user.clone(),
+        reason,
+    }
 }
 
 /// Drive a tokio-postgres connection in the background; it ends when the client

@@ -7,8 +7,13 @@
 //!
 //! ```text
 //!  TCP ─(SSLRequest → rustls, per sslmode)─ StartupMessage ─ auth (trust │ cleartext │
-//!  md5 │ SCRAM-SHA-256) ─ ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
+//!  md5 │ SCRAM-SHA-256 │ SCRAM-SHA-256-PLUS) ─ ParameterStatus… ─ ReadyForQuery ─
+//!  Query/… ─ (CopyBoth)
 //! ```
+//!
+//! Channel binding follows `channel_binding` (see [`crate::pg::channel_binding`]): over
+//! TLS, SCRAM-SHA-256-PLUS binds the login to the server certificate the TLS session
+//! saw; with `require`, a connection that cannot bind fails before any password is sent.
 //!
 //! Invariants: every wait on the server is bounded by `connect_timeout` during
 //! startup, so a wrong password or a silent server gives an error, never a hang; an
@@ -22,15 +27,20 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use fallible_iterator::FallibleIterator;
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::authentication::sasl::ScramSha256;
 use postgres_protocol::message::backend::{ErrorFields, Message};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::pg::conninfo::{ConnInfo, Host, HostAddr, SslMode};
+use crate::pg::channel_binding::{self, Plan, Refusal, TlsBinding};
+use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode};
 use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
 use crate::pg::tls::{self, TlsError};
+
+/// SQLSTATE 08P01: the peer broke the protocol. Class 08 is otherwise transient
+/// (connection trouble); a protocol violation does not go away by reconnecting.
+const PROTOCOL_VIOLATION: &str = "08P01";
 
 /// Default bound on connect + TLS + authentication when `connect_timeout` is unset.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -149,12 +159,13 @@ impl PgError {
             | PgError::StreamEnded
             | PgError::StreamTimeout { .. } => true,
             PgError::Db(db) => {
-                matches!(
+                (matches!(
                     db.code.get(..2),
                     // 08 connection exception, 57 operator intervention (admin shutdown,
                     // crash shutdown, cannot connect now), 53 insufficient resources.
                     Some("08" | "57" | "53")
-                ) || db.code == "55006"
+                ) && db.code != PROTOCOL_VIOLATION)
+                    || db.code == "55006"
             }
             _ => false,
         }
@@ -163,7 +174,41 @@ impl PgError {
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
     let context = context.into();
-    move |source| PgError::Io { context, source }
+    move |source| io_error(context, source)
+}
+
+/// An I/O error, unless TLS itself failed (e.g. the server sent an alert because it
+/// rejected our client certificate): that is a definite [`PgError::Tls`], not a
+/// dropped connection to retry.
+fn io_error(context: String, source: std::io::Error) -> PgError {
+    match tls::session_error(&context, &source) {
+        Some(tls) => PgError::Tls(tls),
+        None => PgError::Io { context, source },
+    }
+}
+
+/// The fix for an authentication failure the server reports without a hint. They all
+/// come with SQLSTATE 28000, so the message is what tells them apart.
+pub(crate) fn auth_hint(message: &str) -> Option<&'static str> {
+    if message.contains("channel binding check failed") {
+        Some("the server saw a different TLS certificate than the one this client verified, so something between them terminates TLS (a proxy or an interception device); connect directly to the server, and if that device is intended, set channel_binding=disable")
+    } else if message.contains("requires a valid client certificate") {
+        Some("set sslcert and sslkey to a client certificate issued by a CA in the server's ssl_ca_file, with CN = the user name")
+    } else if message.starts_with("certificate authentication failed") {
+        Some("the client certificate's CN must be the user name (or be mapped to it in pg_ident.conf)")
+    } else {
+        None
+    }
+}
+
+fn with_auth_hint(err: PgError) -> PgError {
+    match err {
+        PgError::Db(mut db) if db.hint.is_none() => {
+            db.hint = auth_hint(&db.message).map(str::to_owned);
+            PgError::Db(db)
+        }
+        other => other,
+    }
 }
 
 /// One row of a simple-query result; all values are text.
@@ -226,13 +271,13 @@ impl PgConnection {
         replication: bool,
     ) -> Result<Self, PgError> {
         let target = describe(addr);
-        let stream: Box<dyn Transport> = match &addr.host {
+        let (stream, binding): (Box<dyn Transport>, TlsBinding) = match &addr.host {
             Host::Unix(dir) => {
                 let path = dir.join(format!(".s.PGSQL.{}", addr.port));
                 let sock = tokio::net::UnixStream::connect(&path)
                     .await
                     .map_err(io(format!("connecting to {target}")))?;
-                Box::new(sock)
+                (Box::new(sock), TlsBinding::NotTls)
             }
             Host::Tcp(host) => {
                 let tcp = TcpStream::connect((host.as_str(), addr.port))
@@ -249,23 +294,27 @@ impl PgConnection {
             params: HashMap::new(),
             target,
         };
-        conn.startup(info, replication).await?;
+        conn.startup(info, replication, &binding).await?;
         Ok(conn)
     }
 
     /// Negotiate TLS per sslmode: SSLRequest, then 'S' (go TLS) or 'N' (plain).
+    /// Returns the stream and what it offers for channel binding.
     async fn maybe_tls(
         info: &ConnInfo,
         host: &str,
         target: &str,
         mut tcp: TcpStream,
-    ) -> Result<Box<dyn Transport>, PgError> {
+    ) -> Result<(Box<dyn Transport>, TlsBinding), PgError> {
+        let plain = |tcp: TcpStream| -> (Box<dyn Transport>, TlsBinding) {
+            (Box::new(tcp), TlsBinding::NotTls)
+        };
         let Some(config) = tls::client_config(info)? else {
-            return Ok(Box::new(tcp));
+            return Ok(plain(tcp));
         };
         if matches!(info.sslmode, SslMode::Allow) {
             // allow = "plain first"; plain is what we do unless the server insists.
-            return Ok(Box::new(tcp));
+            return Ok(plain(tcp));
         }
         let mut req = BytesMut::new();
         frontend::ssl_request(&mut req);
@@ -277,8 +326,12 @@ impl PgConnection {
             .await
             .map_err(io(format!("reading SSLRequest answer from {target}")))?;
         match answer {
-            b'S' => Ok(Box::new(tls::handshake(config, host, tcp).await?)),
-            b'N' if matches!(info.sslmode, SslMode::Prefer) => Ok(Box::new(tcp)),
+            b'S' => {
+                let stream = tls::handshake(config, host, tcp).await?;
+                let binding = tls::channel_binding(&stream);
+                Ok((Box::new(stream), binding))
+            }
+            b'N' if matches!(info.sslmode, SslMode::Prefer) => Ok(plain(tcp)),
             b'N' => Err(PgError::Unexpected {
                 context: format!("negotiating TLS with {target}"),
                 what: format!(
@@ -293,7 +346,12 @@ impl PgConnection {
         }
     }
 
-    async fn startup(&mut self, info: &ConnInfo, replication: bool) -> Result<(), PgError> {
+    async fn startup(
+        &mut self,
+        info: &ConnInfo,
+        replication: bool,
+        binding: &TlsBinding,
+    ) -> Result<(), PgError> {
         let mut params: Vec<(&str, &str)> = vec![
             ("user", &info.user),
             ("database", &info.dbname),
@@ -316,7 +374,7 @@ impl PgConnection {
         frontend::startup_message(params.iter().copied(), &mut self.write_buf)
             .map_err(io("encoding StartupMessage"))?;
         self.flush().await?;
-        self.authenticate(info).await?;
+        self.authenticate(info, binding).await?;
         loop {
             match self.read_message("starting up").await? {
                 Message::ReadyForQuery(_) => return Ok(()),
@@ -326,7 +384,7 @@ impl PgConnection {
         }
     }
 
-    async fn authenticate(&mut self, info: &ConnInfo) -> Result<(), PgError> {
+    async fn authenticate(&mut self, info: &ConnInfo, binding: &TlsBinding) -> Result<(), PgError> {
         let auth_err = |reason: String| PgError::Auth {
             user: info.user.clone(),
             reason,
@@ -339,15 +397,46 @@ impl PgConnection {
                 ))
             })
         };
+        let require = info.channel_binding == ChannelBinding::Require;
+        let target = self.target.clone();
+        // With channel_binding=require, refuse any step that cannot bind before a
+        // password leaves the client (libpq does the same).
+        let refuse_unbound = |method: &'static str| -> Result<(), PgError> {
+            if !require {
+                return Ok(());
+            }
+            let refusal = match binding {
+                TlsBinding::NotTls => Refusal::NotTls {
+                    target: target.clone(),
+                },
+                _ => Refusal::Method {
+                    target: target.clone(),
+                    method,
+                },
+            };
+            Err(auth_err(refusal.to_string()))
+        };
+        let mut bound = false;
         loop {
-            match self.read_message("authenticating").await? {
-                Message::AuthenticationOk => return Ok(()),
+            let message = self
+                .read_message("authenticating")
+                .await
+                .map_err(with_auth_hint)?;
+            match message {
+                Message::AuthenticationOk => {
+                    if !bound {
+                        refuse_unbound("no password (trust or cert)")?;
+                    }
+                    return Ok(());
+                }
                 Message::AuthenticationCleartextPassword => {
+                    refuse_unbound("cleartext password")?;
                     frontend::password_message(&password()?, &mut self.write_buf)
                         .map_err(io("encoding password message"))?;
                     self.flush().await?;
                 }
                 Message::AuthenticationMd5Password(body) => {
+                    refuse_unbound("md5")?;
                     let hash = postgres_protocol::authentication::md5_hash(
                         info.user.as_bytes(),
                         &password()?,
@@ -358,19 +447,21 @@ impl PgConnection {
                     self.flush().await?;
                 }
                 Message::AuthenticationSasl(body) => {
+                    let mut offered = Vec::new();
                     let mut mechanisms = body.mechanisms();
-                    let mut scram = false;
                     while let Some(m) = mechanisms.next().map_err(io("reading SASL mechanisms"))? {
-                        scram |= m == SCRAM_SHA_256;
+                        offered.push(m.to_owned());
                     }
-                    if !scram {
-                        return Err(auth_err("the server offers no SASL mechanism pgoutbox supports (SCRAM-SHA-256)".into()));
-                    }
-                    self.scram(&password()?).await.map_err(|e| match e {
+                    let plan =
+                        channel_binding::plan(info.channel_binding, binding, &offered, &self.target)
+                            .map_err(|refusal| auth_err(refusal.to_string()))?;
+                    bound = plan.is_bound();
+                    tracing::debug!(mechanism = plan.mechanism, target = %self.target, "authenticating with SASL");
+                    self.scram(&password()?, plan).await.map_err(|e| match e {
                         PgError::Io { source, .. } if source.kind() != std::io::ErrorKind::UnexpectedEof => {
                             auth_err(format!("SCRAM exchange failed: {source}"))
                         }
-                        other => other,
+                        other => with_auth_hint(other),
                     })?;
                 }
                 Message::AuthenticationKerberosV5
@@ -386,11 +477,13 @@ impl PgConnection {
         }
     }
 
-    /// SCRAM-SHA-256 (RFC 5802/7677) without channel binding: we send the `n` GS2
-    /// flag, which servers accept unless `channel_binding=require` is forced.
-    async fn scram(&mut self, password: &[u8]) -> Result<(), PgError> {
-        let mut scram = ScramSha256::new(password, ChannelBinding::unsupported());
-        frontend::sasl_initial_response(SCRAM_SHA_256, scram.message(), &mut self.write_buf)
+    /// SCRAM-SHA-256 (RFC 5802/7677), bound to the TLS channel when `plan` says so
+    /// (SCRAM-SHA-256-PLUS, RFC 5929 `tls-server-end-point`). With binding, the
+    /// server checks the certificate hash inside the client proof, so a login
+    /// relayed through a TLS interceptor fails even with the right password.
+    async fn scram(&mut self, password: &[u8], plan: Plan) -> Result<(), PgError> {
+        let mut scram = ScramSha256::new(password, plan.binding);
+        frontend::sasl_initial_response(plan.mechanism, scram.message(), &mut self.write_buf)
             .map_err(io("encoding SASLInitialResponse"))?;
         self.flush().await?;
         match self.read_message("authenticating (SCRAM)").await? {
@@ -423,10 +516,7 @@ impl PgConnection {
         self.stream
             .write_all(&self.write_buf)
             .await
-            .map_err(|source| PgError::Io {
-                context: format!("writing to {target}"),
-                source,
-            })?;
+            .map_err(|source| io_error(format!("writing to {target}"), source))?;
         self.write_buf.clear();
         self.stream
             .flush()

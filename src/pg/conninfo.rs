@@ -51,6 +51,7 @@ pub const KEYWORDS: &[&str] = &[
     "passfile",
     "dbname",
     "sslmode",
+    "channel_binding",
     "sslrootcert",
     "sslcert",
     "sslkey",
@@ -60,11 +61,12 @@ pub const KEYWORDS: &[&str] = &[
 ];
 
 /// `KEYWORDS` as one line, for error messages.
-const ACCEPTED: &str = "host, port, user, password, passfile, dbname, sslmode, sslrootcert, \
-                        sslcert, sslkey, application_name, options, connect_timeout";
+const ACCEPTED: &str = "host, port, user, password, passfile, dbname, sslmode, channel_binding, \
+                        sslrootcert, sslcert, sslkey, application_name, options, connect_timeout";
 
 const PORT_EXPECTED: &str = "an integer from 1 to 65535";
 const SSLMODE_EXPECTED: &str = "one of disable, allow, prefer, require, verify-ca, verify-full";
+const CHANNEL_BINDING_EXPECTED: &str = "one of disable, prefer, require";
 const TIMEOUT_EXPECTED: &str = "an integer number of seconds (0 or less waits forever)";
 
 /// Unix socket directories treated as "the default one", so that they match a
@@ -84,6 +86,8 @@ pub struct ConnInfo {
     pub dbname: String,
     /// Whether and how strictly to use TLS.
     pub sslmode: SslMode,
+    /// Whether SCRAM authentication binds to the TLS channel (libpq `channel_binding`).
+    pub channel_binding: ChannelBinding,
     /// CA certificate(s) used to verify the server (libpq `sslrootcert`).
     pub sslrootcert: Option<PathBuf>,
     /// Client certificate (libpq `sslcert`).
@@ -133,6 +137,22 @@ pub enum SslMode {
     VerifyCa,
     /// TLS, a trusted certificate, and its name must match the host.
     VerifyFull,
+}
+
+/// libpq's `channel_binding`: whether SCRAM-SHA-256 authentication is bound to the
+/// TLS channel (`SCRAM-SHA-256-PLUS`, `tls-server-end-point`), which proves that the
+/// server that checked the password is the one at the other end of this TLS session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ChannelBinding {
+    /// Never bind, even when the server offers it.
+    Disable,
+    /// Bind when the connection is TLS and the server offers it (the default).
+    #[default]
+    Prefer,
+    /// Refuse to log in unless the server completes a bound SCRAM exchange: over a
+    /// connection without TLS, or with any other authentication method, the
+    /// connection fails before a password is sent.
+    Require,
 }
 
 /// Where a rejected value came from.
@@ -210,12 +230,13 @@ pub enum ConnInfoError {
 impl ConnInfo {
     /// Parse a URL (`postgres://` or `postgresql://`) or a keyword/value string
     /// (`host=… port=…`), filling unset fields from the process environment (PGHOST,
-    /// PGPORT, PGUSER, PGPASSWORD, PGPASSFILE, PGDATABASE, PGSSLMODE, PGSSLROOTCERT,
-    /// PGSSLCERT, PGSSLKEY, PGAPPNAME, PGOPTIONS, PGCONNECT_TIMEOUT) and then defaults.
+    /// PGPORT, PGUSER, PGPASSWORD, PGPASSFILE, PGDATABASE, PGSSLMODE, PGCHANNELBINDING,
+    /// PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGOPTIONS, PGCONNECT_TIMEOUT) and
+    /// then defaults.
     ///
     /// Precedence is string > environment > default. Defaults: host `localhost`, port
     /// 5432, user `PGUSER`, else `USER`, else `postgres`; dbname = user; sslmode
-    /// `prefer`. An empty value (`host=''`, `postgres://:5432`, an empty variable) counts
+    /// `prefer`; channel_binding `prefer`. An empty value (`host=''`, `postgres://:5432`, an empty variable) counts
     /// as unset. When a keyword appears twice the later one wins; URL query parameters
     /// override the parts before the `?`.
     ///
@@ -308,6 +329,9 @@ impl ConnInfo {
 
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.to_string_lossy().into_owned());
         query.push(("sslmode", self.sslmode.as_str().to_owned()));
+        if self.channel_binding != ChannelBinding::default() {
+            query.push(("channel_binding", self.channel_binding.as_str().to_owned()));
+        }
         let optional = [
             ("sslrootcert", path(&self.sslrootcert)),
             ("sslcert", path(&self.sslcert)),
@@ -335,7 +359,7 @@ impl ConnInfo {
 
     /// An equivalent `tokio_postgres::Config`: every host (Unix sockets via
     /// `host_path`) with its own port, user, password, dbname, application_name,
-    /// options and connect_timeout. `ssl_mode` maps Disable→Disable,
+    /// options, connect_timeout and channel_binding. `ssl_mode` maps Disable→Disable,
     /// Allow/Prefer→Prefer, Require/VerifyCa/VerifyFull→Require; certificate
     /// verification and the certificate paths are left to our own rustls connector.
     pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
@@ -375,6 +399,11 @@ impl ConnInfo {
             SslMode::Disable => Tp::Disable,
             SslMode::Allow | SslMode::Prefer => Tp::Prefer,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Tp::Require,
+        });
+        config.channel_binding(match self.channel_binding {
+            ChannelBinding::Disable => tokio_postgres::config::ChannelBinding::Disable,
+            ChannelBinding::Prefer => tokio_postgres::config::ChannelBinding::Prefer,
+            ChannelBinding::Require => tokio_postgres::config::ChannelBinding::Require,
         });
         config
     }
@@ -458,6 +487,33 @@ impl SslMode {
     }
 }
 
+impl ChannelBinding {
+    /// The libpq spelling, e.g. `require`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        }
+    }
+
+    /// The setting for a libpq spelling (case-sensitive, as in libpq).
+    pub fn from_libpq(s: &str) -> Option<Self> {
+        Some(match s {
+            "disable" => ChannelBinding::Disable,
+            "prefer" => ChannelBinding::Prefer,
+            "require" => ChannelBinding::Require,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ChannelBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl fmt::Display for SslMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -486,6 +542,7 @@ struct Raw {
     passfile: Option<String>,
     dbname: Option<String>,
     sslmode: Option<String>,
+    channel_binding: Option<String>,
     sslrootcert: Option<String>,
     sslcert: Option<String>,
     sslkey: Option<String>,
@@ -512,6 +569,7 @@ impl Raw {
             "passfile" => &mut self.passfile,
             "dbname" => &mut self.dbname,
             "sslmode" => &mut self.sslmode,
+            "channel_binding" => &mut self.channel_binding,
             "sslrootcert" => &mut self.sslrootcert,
             "sslcert" => &mut self.sslcert,
             "sslkey" => &mut self.sslkey,
@@ -844,6 +902,15 @@ fn resolve(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<ConnInfo, C
             expected: SSLMODE_EXPECTED,
         })?,
     };
+    let channel_binding = match pick(raw.channel_binding, "PGCHANNELBINDING") {
+        None => ChannelBinding::default(),
+        Some((v, origin)) => ChannelBinding::from_libpq(&v).ok_or(ConnInfoError::InvalidValue {
+            key: "channel_binding",
+            value: v,
+            origin,
+            expected: CHANNEL_BINDING_EXPECTED,
+        })?,
+    };
     let connect_timeout = match pick(raw.connect_timeout, "PGCONNECT_TIMEOUT") {
         None => None,
         Some((v, origin)) => parse_connect_timeout(&v).ok_or(ConnInfoError::InvalidValue {
@@ -879,6 +946,7 @@ fn resolve(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<ConnInfo, C
         password,
         dbname,
         sslmode,
+        channel_binding,
         sslrootcert,
         sslcert,
         sslkey,
@@ -1411,7 +1479,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown connection parameter \"foo\" (accepted: host, port, user, password, \
-             passfile, dbname, sslmode, sslrootcert, sslcert, sslkey, application_name, \
+             passfile, dbname, sslmode, channel_binding, sslrootcert, sslcert, sslkey, application_name, \
              options, connect_timeout)"
         );
         assert_eq!(
@@ -1441,6 +1509,49 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid port \"x\" from environment variable PGPORT: expected an integer from 1 to 65535"
+        );
+    }
+
+    #[test]
+    fn channel_binding_parses_like_libpq() {
+        assert_eq!(parse("").channel_binding, ChannelBinding::Prefer);
+        for (text, value) in [
+            ("disable", ChannelBinding::Disable),
+            ("prefer", ChannelBinding::Prefer),
+            ("require", ChannelBinding::Require),
+        ] {
+            assert_eq!(
+                parse(&format!("channel_binding={text}")).channel_binding,
+                value
+            );
+            let url = format!("postgres://u@h/d?channel_binding={text}");
+            assert_eq!(parse(&url).channel_binding, value);
+            assert_eq!(value.to_string(), text);
+        }
+        let env = env_of(&[("PGCHANNELBINDING", "require")]);
+        let from_env = ConnInfo::parse_with_env("host=h", &env).unwrap();
+        assert_eq!(from_env.channel_binding, ChannelBinding::Require);
+        let string_wins = ConnInfo::parse_with_env("channel_binding=disable", &env).unwrap();
+        assert_eq!(string_wins.channel_binding, ChannelBinding::Disable);
+        assert_eq!(
+            parse_err("channel_binding=Require").to_string(),
+            "invalid channel_binding \"Require\" from the connection string: expected one of \
+             disable, prefer, require"
+        );
+        // Shown (and round-tripped) only when not the default.
+        let c = parse("postgres://u@h/d?sslmode=require&channel_binding=require");
+        assert_eq!(
+            c.redacted(),
+            "postgres://u@h:5432/d?sslmode=require&channel_binding=require"
+        );
+        assert_eq!(parse(&c.redacted()), c);
+        assert!(!parse("postgres://u@h/d")
+            .redacted()
+            .contains("channel_binding"));
+        let tp = c.to_tokio_postgres();
+        assert_eq!(
+            tp.get_channel_binding(),
+            tokio_postgres::config::ChannelBinding::Require
         );
     }
 

@@ -1,10 +1,11 @@
 //! Everything PostgreSQL: positions, wire protocol, decoder, connections, catalog.
 //!
-//! Data flow: [`connection`] (transport, TLS, auth) → [`replication`] (CopyBoth
+//! Data flow: [`connection`] (transport, TLS, auth with [`channel_binding`]) → [`replication`] (CopyBoth
 //! stream task, framing from [`protocol`]) → [`pgoutput`] (decoder) → caller.
 //! [`catalog`] is a separate ordinary SQL connection for publication/slot queries.
 
 pub mod catalog;
+pub mod channel_binding;
 pub mod connection;
 pub mod conninfo;
 pub mod lsn;

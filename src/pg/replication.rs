@@ -181,6 +181,15 @@ impl ReplicationClient {
         publications: &[String],
     ) -> Result<ReplicationStream, PgError> {
         let version = self.server_version_num();
+        // A SQL_ASCII database stores bytes with no encoding: asking the server to
+        // convert them to UTF8 fails on the first byte above 0x7f and wedges the
+        // slot. SQL_ASCII on our side turns conversion off; the bytes pass as they
+        // are and the outbox checks (`--on-invalid`) judge them.
+        if self.conn.parameter("server_encoding") == Some("SQL_ASCII") {
+            self.conn
+                .simple_query("SET client_encoding = 'SQL_ASCII'")
+                .await?;
+        }
         let timers = Timers::for_wal_sender_timeout(self.wal_sender_timeout().await?);
         let publication_names = publications
             .iter()
@@ -340,6 +349,12 @@ impl ReplicationStream {
     /// ended it, if any, was returned first).
     pub async fn recv(&mut self) -> Option<Result<ReplicationMessage, PgError>> {
         self.events.recv().await
+    }
+
+    /// A message that is already queued, without waiting (`None`: nothing queued
+    /// right now, or the stream ended — [`ReplicationStream::recv`] tells which).
+    pub fn try_recv(&mut self) -> Option<Result<ReplicationMessage, PgError>> {
+        self.events.try_recv().ok()
     }
 
     /// Confirm everything up to `lsn` as flushed. Never moves backwards: a lower value

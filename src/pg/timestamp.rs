@@ -47,6 +47,85 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// [`parse_timestamptz_millis`] over raw column bytes, with a fast path for the
+/// shape PostgreSQL's ISO output always has for years 1000-9999
+/// (`YYYY-MM-DD HH:MI:SS[.f…][±HH[:MI[:SS]]]`): no UTF-8 check, no splitting, no
+/// allocation (this runs once per relayed row). Anything else takes the general
+/// parser; both agree wherever the fast path answers (property-tested).
+pub fn parse_timestamp_bytes(text: &[u8]) -> Option<i64> {
+    match parse_iso_fast(text) {
+        Some(ms) => Some(ms),
+        None => parse_timestamptz_millis(std::str::from_utf8(text).ok()?),
+    }
+}
+
+fn parse_iso_fast(b: &[u8]) -> Option<i64> {
+    let digit = |i: usize| -> Option<i64> {
+        let c = b.get(i)?.wrapping_sub(b'0');
+        (c < 10).then_some(i64::from(c))
+    };
+    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    if !(at(4, b'-') && at(7, b'-') && at(10, b' ') && at(13, b':') && at(16, b':')) {
+        return None;
+    }
+    let year = two(0)? * 100 + two(2)?;
+    let (month, day) = (two(5)?, two(8)?);
+    let (hour, minute, sec) = (two(11)?, two(14)?, two(17)?);
+    let mut i = 19;
+    let mut millis = 0;
+    if at(i, b'.') {
+        i += 1;
+        let start = i;
+        while let Some(d) = digit(i) {
+            if i - start < 3 {
+                millis = millis * 10 + d;
+            }
+            i += 1;
+        }
+        match i - start {
+            0 => return None,
+            n @ 1..=2 => millis *= 10i64.pow(3 - n as u32),
+            _ => {}
+        }
+    }
+    let offset_secs = match b.get(i) {
+        None => 0,
+        Some(&sign @ (b'+' | b'-')) => {
+            let mut parts = [two(i + 1)?, 0, 0];
+            i += 3;
+            for part in &mut parts[1..] {
+                if !at(i, b':') {
+                    break;
+                }
+                *part = two(i + 1)?;
+                i += 3;
+            }
+            if i != b.len() {
+                return None;
+            }
+            let secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
+            if sign == b'-' {
+                -secs
+            } else {
+                secs
+            }
+        }
+        Some(_) => return None,
+    };
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 24
+        || minute > 59
+        || sec > 60
+    {
+        return None;
+    }
+    let secs =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + sec - offset_secs;
+    Some(secs * 1000 + millis)
+}
+
 /// Parse PostgreSQL's ISO text output of `timestamptz` / `timestamp`
 /// (`2026-11-29 13:28:54.980104+00`, `… +05:30`, no zone = UTC) into milliseconds
 /// since the Unix epoch. `None` for anything else (BC dates, `infinity`, other
@@ -129,6 +208,72 @@ mod tests {
         assert_eq!(parse_timestamptz_millis("infinity"), None);
         assert_eq!(parse_timestamptz_millis("2026-13-01 00:00:00+00"), None);
         assert_eq!(parse_timestamptz_millis("2026-11-29 13:28"), None);
+    }
+
+    #[test]
+    fn fast_path_matches_the_general_parser_on_examples() {
+        for text in [
+            "1970-01-01 00:00:00+00",
+            "2000-01-01 00:00:00.5+00",
+            "2026-11-29 13:28:54.980104+00",
+            "2026-11-29 19:58:54.980104+06:30",
+            "2026-11-29 10:28:54.98-03",
+            "2026-11-29 13:28:54.980104",
+            "1883-11-18 12:03:58-04:56:02",
+            "2026-11-29 13:28:54.9",
+        ] {
+            assert!(parse_iso_fast(text.as_bytes()).is_some(), "{text}");
+            assert_eq!(
+                parse_timestamp_bytes(text.as_bytes()),
+                parse_timestamptz_millis(text),
+                "{text}"
+            );
+        }
+        // Shapes only the general parser takes, or nobody.
+        for text in [
+            "infinity",
+            "12026-11-29 13:28:54+00",
+            "2026-11-29T13:28:54Z",
+            "2026-11-29 13:28:54+0",
+        ] {
+            assert_eq!(parse_iso_fast(text.as_bytes()), None, "{text}");
+            assert_eq!(
+                parse_timestamp_bytes(text.as_bytes()),
+                parse_timestamptz_millis(text),
+                "{text}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Wherever the fast path answers, the general parser gives the same value.
+        #[test]
+        fn fast_path_agrees_with_the_general_parser(
+            y in 1000u32..10000, mo in 0u32..14, d in 0u32..33, h in 0u32..26,
+            mi in 0u32..61, s in 0u32..62, frac in proptest::option::of("[0-9]{1,7}"),
+            zone in proptest::option::of((proptest::bool::ANY, 0u32..16, proptest::option::of(0u32..60)))
+        ) {
+            let mut text = format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}");
+            if let Some(f) = frac {
+                text.push('.');
+                text.push_str(&f);
+            }
+            if let Some((neg, zh, zm)) = zone {
+                text.push_str(&format!("{}{zh:02}", if neg { '-' } else { '+' }));
+                if let Some(zm) = zm {
+                    text.push_str(&format!(":{zm:02}"));
+                }
+            }
+            proptest::prop_assert_eq!(parse_iso_fast(text.as_bytes()), parse_timestamptz_millis(&text), "{}", text);
+        }
+
+        /// Arbitrary bytes never panic, and never disagree.
+        #[test]
+        fn fast_path_on_noise(bytes in proptest::collection::vec(proptest::sample::select(b"0123456789-: .+T".to_vec()), 0..34)) {
+            if let Some(ms) = parse_iso_fast(&bytes) {
+                proptest::prop_assert_eq!(Some(ms), parse_timestamptz_millis(std::str::from_utf8(&bytes).unwrap()));
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,11 @@
 //! | verify-ca    | yes       | yes                      | no                |
 //! | verify-full  | yes       | yes                      | yes               |
 //!
-//! `sslrootcert=system` uses the bundled Mozilla roots. Invariant: when no verification
+//! `sslrootcert=system` uses the bundled Mozilla roots. `sslcert` + `sslkey` present a
+//! client certificate (for `cert` authentication or `clientcert=verify-full` in
+//! pg_hba.conf); one without the other is an error, not a silent "no client cert".
+//! After the handshake, the server's leaf certificate gives the SCRAM channel-binding
+//! value ([`channel_binding`]) for both connections. Invariant: when no verification
 //! is asked for, the handshake signatures are still checked (only the trust decision is
 //! skipped), so the session keys are never negotiated with a party that cannot prove
 //! it holds the presented key.
@@ -33,6 +37,7 @@ use tokio_postgres::Socket;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use crate::pg::channel_binding::TlsBinding;
 use crate::pg::conninfo::{ConnInfo, SslMode};
 
 /// Why a TLS configuration or handshake failed.
@@ -59,6 +64,12 @@ pub enum TlsError {
     /// verify-ca / verify-full without a root certificate.
     #[error("sslmode={mode} needs a root certificate; fix: set sslrootcert=/path/to/ca.crt (or sslrootcert=system) in the connection string or PGSSLROOTCERT")]
     NoRootCert { mode: &'static str },
+    /// Only one of sslcert / sslkey is set.
+    #[error("{given} is set but {missing} is not; fix: give both sslcert (client certificate) and sslkey (its private key), or neither")]
+    ClientCertHalf {
+        given: &'static str,
+        missing: &'static str,
+    },
     /// The host name cannot be used as a TLS server name.
     #[error("host {host:?} is not a valid TLS server name")]
     ServerName { host: String },
@@ -66,12 +77,75 @@ pub enum TlsError {
     #[error("invalid TLS configuration: {0}")]
     Config(#[source] rustls::Error),
     /// The handshake failed (certificate not trusted, wrong host name, …).
-    #[error("TLS handshake with {host} failed: {source}")]
+    #[error("TLS handshake with {host} failed: {source}{}", rustls_error(source).map_or("", alert_fix))]
     Handshake {
         host: String,
         #[source]
         source: std::io::Error,
     },
+    /// TLS failed after the handshake; with TLS 1.3 this is how a server rejecting
+    /// the client certificate shows up (an alert on the first read).
+    #[error("TLS session failed while {context}: {source}{}", alert_fix(source))]
+    Session {
+        context: String,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+/// The rustls error inside an I/O error from a TLS stream, if any.
+fn rustls_error(err: &std::io::Error) -> Option<&rustls::Error> {
+    err.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+/// A fix for alerts that mean "the server does not accept our client certificate".
+fn alert_fix(err: &rustls::Error) -> &'static str {
+    use rustls::AlertDescription as A;
+    match err {
+        rustls::Error::AlertReceived(
+            A::UnknownCA
+            | A::BadCertificate
+            | A::CertificateRequired
+            | A::CertificateUnknown
+            | A::UnsupportedCertificate
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::AccessDenied,
+        ) => "; the server rejected the client certificate: fix: set sslcert/sslkey to a certificate (and its key) issued by a CA in the server's ssl_ca_file and still valid",
+        _ => "",
+    }
+}
+
+/// The rustls error somewhere in `err`'s source chain (looking inside I/O errors,
+/// whose `source()` skips the error they wrap).
+pub fn rustls_in_chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<rustls::Error>() {
+            return Some(found);
+        }
+        if let Some(found) = e.downcast_ref::<std::io::Error>().and_then(rustls_error) {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// The client-certificate fix for a TLS failure in `err`'s chain, or "".
+pub fn chain_fix(err: &(dyn std::error::Error + 'static)) -> &'static str {
+    rustls_in_chain(err).map_or("", alert_fix)
+}
+
+/// [`TlsError::Session`] when `err` (from a TLS stream, while `context`) is a TLS
+/// failure rather than a plain socket error.
+pub fn session_error(context: &str, err: &std::io::Error) -> Option<TlsError> {
+    Some(TlsError::Session {
+        context: context.to_owned(),
+        source: rustls_error(err)?.clone(),
+    })
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -121,7 +195,19 @@ pub fn client_config(info: &ConnInfo) -> Result<Option<Arc<ClientConfig>>, TlsEr
         (Some(cert), Some(key)) => builder
             .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
             .map_err(TlsError::Config)?,
-        _ => builder.with_no_client_auth(),
+        (Some(_), None) => {
+            return Err(TlsError::ClientCertHalf {
+                given: "sslcert",
+                missing: "sslkey",
+            })
+        }
+        (None, Some(_)) => {
+            return Err(TlsError::ClientCertHalf {
+                given: "sslkey",
+                missing: "sslcert",
+            })
+        }
+        (None, None) => builder.with_no_client_auth(),
     };
     Ok(Some(Arc::new(config)))
 }
@@ -145,6 +231,17 @@ where
             host: host.to_owned(),
             source,
         })
+}
+
+/// What an established TLS session offers for SCRAM channel binding: the
+/// `tls-server-end-point` hash of the certificate the server presented.
+pub fn channel_binding<S>(stream: &TlsStream<S>) -> TlsBinding {
+    let leaf = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first());
+    TlsBinding::from_leaf(leaf.map(|cert| cert.as_ref()))
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -363,10 +460,16 @@ impl tokio_postgres::tls::TlsConnect<Socket> for RustlsConnect {
 
 impl tokio_postgres::tls::TlsStream for RustlsStream {
     fn channel_binding(&self) -> tokio_postgres::tls::ChannelBinding {
-        // Channel binding needs the certificate's signature hash algorithm; until that
-        // is parsed, advertise none (SCRAM then runs without binding, as libpq does
-        // with channel_binding=prefer when binding is unavailable).
-        tokio_postgres::tls::ChannelBinding::none()
+        // tokio-postgres then applies channel_binding (set by ConnInfo::to_tokio_postgres)
+        // with the same rules as the replication connection.
+        match channel_binding(&self.0) {
+            TlsBinding::EndPoint(hash) => {
+                tokio_postgres::tls::ChannelBinding::tls_server_end_point(hash)
+            }
+            TlsBinding::NotTls | TlsBinding::Unavailable(_) => {
+                tokio_postgres::tls::ChannelBinding::none()
+            }
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kafka::producer::{Delivery, DeliveryError, KafkaSink, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::event::MissingColumn;
+use crate::outbox::invalid::{self, Action, Cause, Invalid, InvalidPolicy, Origin};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
 use crate::pg::catalog::TableName;
@@ -63,6 +63,8 @@ pub struct PipelineConfig {
     pub tables: Vec<TableSpec>,
     /// UPDATE/DELETE policy.
     pub on_update: OnUpdate,
+    /// Poison-row policy (`--on-invalid`, `--dlq-topic`).
+    pub invalid: InvalidPolicy,
     /// Stop reading WAL at this many unacked records.
     pub max_in_flight_records: usize,
     /// … or at this many unacked bytes.
@@ -90,18 +92,15 @@ pub enum PipelineError {
         #[source]
         source: DecodeError,
     },
-    /// An outbox table lacks a mapped column.
-    #[error(transparent)]
-    Mapping(#[from] MissingColumn),
     /// A change referenced a relation never described.
     #[error("pgoutput change at {lsn} refers to unknown relation {relid}")]
     UnknownRelation { lsn: Lsn, relid: u32 },
     /// Kafka refused or failed a record.
     #[error(transparent)]
     Delivery(#[from] DeliveryError),
-    /// A routing value produced an illegal topic name.
-    #[error("event {event_id} routes to topic {topic:?}, which is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-]); fix: correct the row's routing column or --topic-template")]
-    InvalidTopic { event_id: String, topic: String },
+    /// A poison row met `--on-invalid fail`.
+    #[error(transparent)]
+    Invalid(Box<PoisonRow>),
     /// `--on-update fail` met an UPDATE/DELETE.
     #[error("{op} on outbox table {table} at {lsn}, and --on-update is fail; fix: stop updating outbox rows, or use --on-update ignore")]
     UpdateOnOutbox {
@@ -127,6 +126,24 @@ impl PipelineError {
             _ => false,
         }
     }
+}
+
+/// A poison row that stopped the relay (`--on-invalid fail`).
+#[derive(Debug, thiserror::Error)]
+#[error("poison row ({cause}) in {table}: event {event_id} at {lsn}: {reason}; the slot stays before it. Fix: {fix}; or let the relay move on with --on-invalid {cause}=dlq (dead-letter topic) or {cause}=skip")]
+pub struct PoisonRow {
+    /// The cause's name.
+    pub cause: &'static str,
+    /// What is wrong.
+    pub reason: String,
+    /// The row's event id.
+    pub event_id: String,
+    /// `schema.table`.
+    pub table: String,
+    /// LSN of the change.
+    pub lsn: String,
+    /// How to repair it.
+    pub fix: &'static str,
 }
 
 /// Counters of one session.
@@ -157,6 +174,9 @@ enum Step {
     Progress,
 }
 
+/// WAL messages handled per wake-up of the loop when more are already queued.
+const WAL_BATCH: usize = 256;
+
 /// How often a progress line is logged.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -168,6 +188,8 @@ struct Txn {
 struct Pending {
     record: KafkaRecord,
     txn: u64,
+    /// Where the row came from (for a dead letter if the producer refuses its size).
+    origin: Origin,
 }
 
 /// One replication session's loop state.
@@ -239,10 +261,7 @@ impl<'a> Session<'a> {
             if drain_deadline.is_some() && self.tracker.in_flight_records() == 0 {
                 return Ok(());
             }
-            let can_read = drain_deadline.is_none()
-                && self.pending.is_none()
-                && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
-                && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes;
+            let can_read = drain_deadline.is_none() && self.can_read();
             let step = tokio::select! {
                 biased;
                 // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
@@ -305,9 +324,31 @@ impl<'a> Session<'a> {
                 ),
                 Step::Wal(None) => return Err(PipelineError::StreamClosed),
                 Step::Wal(Some(Err(err))) => return Err(err.into()),
-                Step::Wal(Some(Ok(message))) => self.on_wal(message)?,
+                Step::Wal(Some(Ok(message))) => {
+                    self.on_wal(message)?;
+                    // Take what is already queued without another round of the
+                    // select (which re-polls every branch): a backlog is read in
+                    // batches, and deliveries wait at most WAL_BATCH messages.
+                    for _ in 0..WAL_BATCH {
+                        if !self.can_read() {
+                            break;
+                        }
+                        match self.stream.try_recv() {
+                            Some(Ok(message)) => self.on_wal(message)?,
+                            Some(Err(err)) => return Err(err.into()),
+                            None => break,
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Under the in-flight caps, with no record waiting for queue space.
+    fn can_read(&self) -> bool {
+        self.pending.is_none()
+            && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
+            && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes
     }
 
     fn report_status(&mut self) {
@@ -330,8 +371,38 @@ impl<'a> Session<'a> {
         if generation != usize::from(self.generation) {
             return Ok(()); // a record of an earlier session: it will be resent anyway
         }
-        delivery.result?;
         let txn = (delivery.tag & ((1 << TXN_BITS) - 1)) as u64;
+        if let Err(err) = delivery.result {
+            // The broker refused the size: apply the policy to the row, then count
+            // the refused record as done (a dead letter is in flight first, so the
+            // transaction cannot complete before it is acked).
+            if !err.is_too_large()
+                || err.topic == self.cfg.invalid.dlq_topic
+                || self.cfg.invalid.action(Cause::TooLarge) == Action::Fail
+            {
+                return Err(err.into());
+            }
+            let refused = err.refused.as_deref();
+            let record = KafkaRecord {
+                topic: err.topic.clone(),
+                key: refused.and_then(|r| r.key.clone()),
+                value: None,
+                id: Some(Bytes::from(err.event_id.clone())),
+                event_type: refused.and_then(|r| r.event_type.clone()),
+                timestamp_ms: crate::pg::timestamp::to_unix_micros(self.tracker.commit_time(txn)?)
+                    .div_euclid(1000),
+                headers: Vec::new(),
+            };
+            let invalid = Invalid {
+                cause: Cause::TooLarge,
+                reason: format!("{} (record of {} bytes)", err.reason, delivery.size),
+            };
+            self.on_invalid(invalid, record, txn, Origin::default())?;
+            if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
+                self.stream.confirm(lsn);
+            }
+            return Ok(());
+        }
         self.stats.acked += 1;
         let latency = crate::pg::timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
         self.stats.latency.record_micros(latency);
@@ -346,7 +417,7 @@ impl<'a> Session<'a> {
         (usize::from(self.generation) << TXN_BITS) | (txn as usize & ((1 << TXN_BITS) - 1))
     }
 
-    fn send(&mut self, record: KafkaRecord, txn: u64) -> Result<(), PipelineError> {
+    fn send(&mut self, record: KafkaRecord, txn: u64, origin: Origin) -> Result<(), PipelineError> {
         match self.sink.send(&record, self.tag(txn)) {
             Ok(()) => {
                 self.tracker.sent(txn, record.size())?;
@@ -354,8 +425,22 @@ impl<'a> Session<'a> {
                 Ok(())
             }
             Err(SendError::QueueFull) => {
-                self.pending = Some(Pending { record, txn });
+                self.pending = Some(Pending {
+                    record,
+                    txn,
+                    origin,
+                });
                 Ok(())
+            }
+            // librdkafka refused the size up front (message.max.bytes).
+            Err(SendError::Refused(err))
+                if err.is_too_large() && record.topic != self.cfg.invalid.dlq_topic =>
+            {
+                let invalid = Invalid {
+                    cause: Cause::TooLarge,
+                    reason: err.reason.clone(),
+                };
+                self.on_invalid(invalid, record, txn, origin)
             }
             Err(SendError::Refused(err)) => Err(err.into()),
         }
@@ -363,8 +448,62 @@ impl<'a> Session<'a> {
 
     fn retry_pending(&mut self) -> Result<(), PipelineError> {
         match self.pending.take() {
-            Some(Pending { record, txn }) => self.send(record, txn),
+            Some(Pending {
+                record,
+                txn,
+                origin,
+            }) => self.send(record, txn, origin),
             None => Ok(()),
+        }
+    }
+
+    /// Apply `--on-invalid` to a poison row of transaction `txn`. A dead letter
+    /// joins the transaction like any record, so the LSN passes the row only once
+    /// the dead letter is acked; a skipped row never enters the tracker.
+    fn on_invalid(
+        &mut self,
+        invalid: Invalid,
+        record: KafkaRecord,
+        txn: u64,
+        origin: Origin,
+    ) -> Result<(), PipelineError> {
+        let action = self.cfg.invalid.action(invalid.cause);
+        self.metrics.invalid_row(invalid.cause, action);
+        let event_id = record.id_text();
+        match action {
+            Action::Fail => Err(PipelineError::Invalid(Box::new(PoisonRow {
+                cause: invalid.cause.name(),
+                reason: invalid.reason,
+                event_id,
+                table: origin.table.unwrap_or_else(|| "an outbox table".into()),
+                lsn: origin.lsn.unwrap_or_else(|| "an unknown LSN".into()),
+                fix: fix_for(invalid.cause),
+            }))),
+            Action::Skip => {
+                tracing::warn!(
+                    cause = invalid.cause.name(),
+                    reason = %invalid.reason,
+                    event_id,
+                    table = origin.table.as_deref().unwrap_or(""),
+                    lsn = origin.lsn.as_deref().unwrap_or(""),
+                    "skipping poison row (--on-invalid skip)"
+                );
+                Ok(())
+            }
+            Action::Dlq => {
+                tracing::warn!(
+                    cause = invalid.cause.name(),
+                    reason = %invalid.reason,
+                    event_id,
+                    table = origin.table.as_deref().unwrap_or(""),
+                    lsn = origin.lsn.as_deref().unwrap_or(""),
+                    dlq_topic = %self.cfg.invalid.dlq_topic,
+                    "dead-lettering poison row (--on-invalid dlq)"
+                );
+                let letter =
+                    invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
+                self.send(letter, txn, origin)
+            }
         }
     }
 
@@ -407,7 +546,12 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            PgOutputMessage::Relation(relation) => self.tables.on_relation(&relation)?,
+            PgOutputMessage::Relation(relation) => {
+                if let Err(missing) = self.tables.on_relation(&relation) {
+                    // Its rows are poison from now on; --on-invalid decides per row.
+                    tracing::warn!(error = %missing, "outbox table no longer matches the column mapping; its rows are handled by --on-invalid missing-column");
+                }
+            }
             PgOutputMessage::Insert(insert) => {
                 let route = self.tables.route(insert.relation_id).ok_or(
                     PipelineError::UnknownRelation {
@@ -415,20 +559,38 @@ impl<'a> Session<'a> {
                         relid: insert.relation_id,
                     },
                 )?;
-                let RelationRoute::Outbox(_, mapping, template) = route else {
-                    return Ok(());
-                };
                 let Some(txn) = &self.txn else { return Ok(()) };
-                let event = mapping.event(&insert.tuple);
-                let record = KafkaRecord::from_event(&event, template, txn.commit_time);
-                if !record.has_valid_topic() {
-                    return Err(PipelineError::InvalidTopic {
-                        event_id: record.id_text(),
-                        topic: record.topic,
-                    });
-                }
                 let no = txn.no;
-                self.send(record, no)?;
+                let (record, invalid, table) = match route {
+                    RelationRoute::Ignore => return Ok(()),
+                    RelationRoute::Outbox(table, mapping, template) => {
+                        let event = mapping.event(&insert.tuple);
+                        let record = KafkaRecord::from_event(&event, template, txn.commit_time);
+                        match invalid::check(&record, mapping.payload_unchecked()) {
+                            None => return self.send(record, no, Origin::default()),
+                            Some(invalid) => (record, invalid, table),
+                        }
+                    }
+                    RelationRoute::Unmapped(u) => {
+                        let commit_ms =
+                            crate::pg::timestamp::to_unix_micros(txn.commit_time).div_euclid(1000);
+                        let record =
+                            invalid::unmapped_row(&u.columns, u.id, &insert.tuple, commit_ms);
+                        let invalid = Invalid {
+                            cause: Cause::MissingColumn,
+                            reason: format!(
+                                "the table has no column {:?} (mapped as {}); its columns are: {}",
+                                u.missing.column, u.missing.role, u.missing.available
+                            ),
+                        };
+                        (record, invalid, &u.table)
+                    }
+                };
+                let origin = Origin {
+                    table: Some(table.to_string()),
+                    lsn: Some(lsn.to_string()),
+                };
+                self.on_invalid(invalid, record, no, origin)?;
             }
             PgOutputMessage::Update(update) => self.on_update("UPDATE", update.relation_id, lsn)?,
             PgOutputMessage::Delete(delete) => self.on_update("DELETE", delete.relation_id, lsn)?,
@@ -445,8 +607,10 @@ impl<'a> Session<'a> {
     }
 
     fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
-        let Some(RelationRoute::Outbox(table, _, _)) = self.tables.route(relid) else {
-            return Ok(());
+        let table = match self.tables.route(relid) {
+            Some(RelationRoute::Outbox(table, _, _)) => table,
+            Some(RelationRoute::Unmapped(u)) => &u.table,
+            _ => return Ok(()),
         };
         match self.cfg.on_update {
             OnUpdate::Ignore => Ok(()),
@@ -460,5 +624,16 @@ impl<'a> Session<'a> {
                 lsn,
             }),
         }
+    }
+}
+
+/// The fix offered when a poison row stops the relay.
+fn fix_for(cause: Cause) -> &'static str {
+    match cause {
+        Cause::NullKey => "give the row a non-empty key column (see --key-column)",
+        Cause::InvalidTopic => "correct the row's routing column or --topic-template so the topic is 1-249 of [a-zA-Z0-9._-]",
+        Cause::TooLarge => "make the payload smaller, or raise the broker's message.max.bytes and --kafka-option message.max.bytes",
+        Cause::InvalidJson => "write JSON into the payload column (or make it jsonb, which PostgreSQL checks)",
+        Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
     }
 }

@@ -5,6 +5,9 @@
 //! tansu is installed pinned (version + sha256) by `scripts/install-tansu.sh` and
 //! keeps data in memory only: a restarted broker starts empty. Its reported end
 //! offsets are unreliable, so the consumer counts records instead.
+//!
+//! A broker can advertise another port than its proxy's ([`BrokerOptions`]), so that
+//! clients reach it through a gate in front (TLS + SASL, see `sasl_gate`).
 
 use std::collections::HashMap;
 use std::net::TcpStream;
@@ -25,6 +28,8 @@ use super::{on_exit, wait_for, WAIT};
 pub struct Broker {
     /// The port clients use (the proxy's).
     pub port: u16,
+    /// The port tansu advertises in metadata (the proxy's unless overridden).
+    advertised: u16,
     /// The port tansu listens on.
     backend: u16,
     datadir: String,
@@ -41,6 +46,11 @@ impl Broker {
 
     /// A new broker of its own (for tests that stop it).
     pub fn start() -> Broker {
+        Self::start_with(BrokerOptions::default())
+    }
+
+    /// A new broker of its own with `options`.
+    pub fn start_with(options: BrokerOptions) -> Broker {
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -53,6 +63,7 @@ impl Broker {
         let datadir = format!("/tmp/pgoutbox-test-tansu-{}-{backend}", std::process::id());
         let broker = Broker {
             port: proxy.port,
+            advertised: options.advertised_port.unwrap_or(proxy.port),
             backend,
             datadir,
             child: Mutex::new(None),
@@ -72,7 +83,7 @@ impl Broker {
         let child = Command::new(script)
             .arg(self.backend.to_string())
             .arg(&self.datadir)
-            .arg(self.port.to_string())
+            .arg(self.advertised.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -117,6 +128,13 @@ impl Drop for Broker {
     }
 }
 
+/// How to start a broker of its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BrokerOptions {
+    /// Advertise this port instead of the proxy's, e.g. a TLS/SASL gate in front.
+    pub advertised_port: Option<u16>,
+}
+
 /// One consumed record.
 #[derive(Debug, Clone)]
 pub struct Consumed {
@@ -151,6 +169,8 @@ impl Consumed {
 /// second; positions are tracked here, so no record is skipped or read twice.
 pub struct Reader {
     brokers: String,
+    /// Extra client settings (security), applied to every consumer it builds.
+    extra: Vec<(String, String)>,
     consumer: BaseConsumer,
     /// Next offset to read, per (topic, partition).
     positions: HashMap<(String, i32), i64>,
@@ -161,7 +181,16 @@ pub struct Reader {
 impl Reader {
     /// Assign every partition of `topics` from offset 0 (waiting for the topics).
     pub fn new(brokers: &str, topics: &[String]) -> Reader {
-        let probe = Self::consumer(brokers);
+        Self::with_config(brokers, topics, &[])
+    }
+
+    /// [`Reader::new`] with extra client settings (e.g. SASL/TLS for a secured broker).
+    pub fn with_config(brokers: &str, topics: &[String], extra: &[(&str, &str)]) -> Reader {
+        let extra: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let probe = Self::consumer(brokers, &extra);
         let mut positions = HashMap::new();
         for topic in topics {
             let partitions = wait_for(&format!("metadata of topic {topic}"), WAIT, || {
@@ -176,9 +205,10 @@ impl Reader {
                 positions.insert((topic.clone(), p), 0);
             }
         }
-        let consumer = Self::assigned(brokers, &positions);
+        let consumer = Self::assigned(brokers, &extra, &positions);
         Reader {
             brokers: brokers.to_owned(),
+            extra,
             consumer,
             positions,
             idle_since: Instant::now(),
@@ -186,8 +216,12 @@ impl Reader {
         }
     }
 
-    fn consumer(brokers: &str) -> BaseConsumer {
-        ClientConfig::new()
+    fn consumer(brokers: &str, extra: &[(String, String)]) -> BaseConsumer {
+        let mut config = ClientConfig::new();
+        for (k, v) in extra {
+            config.set(k, v);
+        }
+        config
             .set("bootstrap.servers", brokers)
             .set("group.id", format!("verifier-{}", std::process::id()))
             .set("enable.auto.commit", "false")
@@ -201,8 +235,12 @@ impl Reader {
             .expect("consumer")
     }
 
-    fn assigned(brokers: &str, positions: &HashMap<(String, i32), i64>) -> BaseConsumer {
-        let consumer = Self::consumer(brokers);
+    fn assigned(
+        brokers: &str,
+        extra: &[(String, String)],
+        positions: &HashMap<(String, i32), i64>,
+    ) -> BaseConsumer {
+        let consumer = Self::consumer(brokers, extra);
         let mut assignment = TopicPartitionList::new();
         for ((topic, p), offset) in positions {
             assignment
@@ -256,7 +294,7 @@ impl Reader {
     fn poll(&mut self, timeout: Duration) -> bool {
         let Some(result) = self.consumer.poll(timeout) else {
             if self.idle_since.elapsed() > Duration::from_secs(1) {
-                self.consumer = Self::assigned(&self.brokers, &self.positions);
+                self.consumer = Self::assigned(&self.brokers, &self.extra, &self.positions);
                 self.idle_since = Instant::now();
             }
             return false;

@@ -15,6 +15,8 @@
 
 pub mod kafka;
 pub mod proxy;
+pub mod sasl_gate;
+pub mod tls;
 pub mod verify;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,785 @@
+#!/usr/bin/env python3
+"""pgoutbox benchmark orchestrator; run it through bench/run.sh (which builds first).
+
+Owns every figure of issue 6 and the baselines they are compared with, measured in one
+invocation on a private PostgreSQL (scripts/dev-postgres.sh) and a local tansu broker
+(scripts/start-tansu.sh, restarted before every Kafka-side measurement so each starts
+from the same empty in-memory state):
+
+  backlog   per transaction size K: ROWS rows loaded with 2×REPS pgoutput slots
+            created at the same LSN before the load; each rep runs, in rotating order,
+            pgoutbox (acked and confirmed_flush_lsn ≥ end LSN), pg_recvlogical
+            (same WAL to /dev/null) and the producer-only example (same record shape
+            from memory: the Kafka-side limit). Rates exclude client startup: pgoutbox
+            from its "relaying outbox to kafka" line, pg_recvlogical from its
+            "streaming initiated" line (startup is reported separately).
+  live      at a fixed insert rate (pgbench, single-row transactions, synchronous
+            commit), rotating per rep: the floor (pg_recvlogical + test_decoding with
+            include-timestamp, read line by line here: commit → receipt), pgoutbox
+            (its commit → broker-ack histogram) and the SKIP LOCKED polling relay
+            example (commit → ack), with CPU of each relay and of its PostgreSQL backend.
+  memory    pgoutbox peak RSS (VmHWM) draining MEM_ROWS rows as a backlog and as one
+            transaction.
+
+Invariants: figures are reported, never asserted; a measurement whose event count does
+not match what was written is marked invalid instead of silently reported. Progress goes
+to stderr, the table to stdout, everything to the JSON file.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPIC_TEMPLATE = "bench.${routedByValue}"
+KEYS, PAD = 1000, 100
+ROW_SQL = ("'bench', {key}, 'Happened', "
+           "jsonb_build_object('i', {i}, 'g', {g}, 'pad', repeat('x', %d))" % PAD)
+LOAD_FAIL = "load"
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + sys) of a live process, None once it is gone.
+
+    The sum of its threads' scheduler run time (/proc/PID/task/*/schedstat, ns) — the
+    same quantity as utime+stime in /proc/PID/stat, without the 10 ms tick rounding
+    that would swamp a live phase's fraction of a CPU-second. Threads that already
+    exited are not counted (the relay's threads live as long as it does)."""
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_hwm_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def quantile(xs, q):
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[max(1, min(len(s), int(-(-q * len(s) // 1)))) - 1]
+
+
+class Lines:
+    """Lines of a child's stream, each with the wall time it arrived."""
+
+    def __init__(self, stream, on_line=None):
+        self.lines, self.cond, self.on_line = [], threading.Condition(), on_line
+        self.closed = False
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for raw in stream:
+            t = time.time()
+            line = raw.decode(errors="replace").rstrip("\n")
+            if self.on_line:
+                self.on_line(t, line)
+            with self.cond:
+                self.lines.append((t, line))
+                self.cond.notify_all()
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout):
+        """Arrival time and text of the first line matching `pattern`."""
+        rx, deadline = re.compile(pattern), time.time() + timeout
+        with self.cond:
+            while True:
+                for t, line in self.lines:
+                    if rx.search(line):
+                        return t, line
+                left = deadline - time.time()
+                if self.closed or left <= 0:
+                    return None
+                self.cond.wait(min(left, 0.5))
+
+    def tail(self, n=15):
+        with self.cond:
+            return "\n".join(line for _, line in self.lines[-n:])
+
+
+class Psql:
+    """One long-lived psql session: cheap repeated queries (slot polling)."""
+
+    def __init__(self, url):
+        self.p = subprocess.Popen(["psql", "-X", "-q", "-At", url], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+
+    def rows(self, sql):
+        self.p.stdin.write(sql.rstrip().rstrip(";") + ";\n\\echo __END__\n")
+        self.p.stdin.flush()
+        out = []
+        for line in self.p.stdout:
+            if line.rstrip("\n") == "__END__":
+                return out
+            out.append(line.rstrip("\n").split("|"))
+        raise RuntimeError("psql session ended unexpectedly")
+
+    def one(self, sql):
+        rows = self.rows(sql)
+        return rows[0][0] if rows else None
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
+
+
+class Pressure:
+    """Samples /proc/pressure/cpu (some avg10) and the 1-minute load average each second,
+    tagged with the phase running at the time."""
+
+    def __init__(self):
+        self.samples, self.phase, self.stop = [], "setup", threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def read():
+        some = None
+        try:
+            with open("/proc/pressure/cpu") as f:
+                for line in f:
+                    if line.startswith("some"):
+                        some = float(line.split()[1].split("=")[1])
+        except OSError:
+            pass
+        with open("/proc/loadavg") as f:
+            load = float(f.read().split()[0])
+        return some, load
+
+    def _run(self):
+        while not self.stop.wait(1.0):
+            some, load = self.read()
+            self.samples.append({"t": time.time(), "phase": self.phase, "some_avg10": some,
+                                 "load1": load})
+
+    def summary(self):
+        out = {}
+        for phase in dict.fromkeys(s["phase"] for s in self.samples):
+            ss = [s for s in self.samples if s["phase"] == phase]
+            some = [s["some_avg10"] for s in ss if s["some_avg10"] is not None]
+            out[phase] = {"samples": len(ss),
+                          "some_avg10_median": median(some), "some_avg10_max": max(some, default=None),
+                          "load1_median": median([s["load1"] for s in ss]),
+                          "load1_max": max(s["load1"] for s in ss)}
+        return out
+
+
+class Bench:
+    def __init__(self, opts):
+        self.o = opts
+        self.children = []
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/pgoutbox/target"))
+        self.relay_bin = os.path.join(target, "release", "pgoutbox")
+        self.examples = os.path.join(target, "release", "examples")
+        self.bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
+                                     check=True).stdout.strip()
+        self.dir = opts.dir
+        self.tansu = None
+        self.results = {"backlog": {}, "live": {}, "memory": {}}
+        self.pressure = Pressure()
+
+    # ---- processes -------------------------------------------------------------
+    def spawn(self, argv, **kw):
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        self.children.append(p)
+        return p
+
+    def poll(self, p):
+        """Like Popen.poll, but keeps the child's rusage CPU seconds in `p.cpu`."""
+        if p.returncode is None:
+            try:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status, ru = p.pid, 255 << 8, None
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                p.cpu = ru.ru_utime + ru.ru_stime if ru else None
+                if p in self.children:
+                    self.children.remove(p)
+        return p.returncode
+
+    def reap(self, p, sig=None, timeout=60):
+        """Signal (optionally) and wait; returns the child's CPU seconds (user + sys)."""
+        if sig is not None and self.poll(p) is None:
+            os.kill(p.pid, sig)
+        deadline = time.time() + timeout
+        while self.poll(p) is None:
+            if time.time() > deadline:
+                log(f"warning: pid {p.pid} ({os.path.basename(p.args[0])}) still running after {timeout} s: killed")
+                os.kill(p.pid, signal.SIGKILL)
+                deadline = time.time() + 30
+            time.sleep(0.01)
+        return p.cpu
+
+    def cleanup(self):
+        for p in list(self.children):
+            if self.poll(p) is None:
+                os.kill(p.pid, signal.SIGKILL)
+                self.reap(p)
+        self.pressure.stop.set()
+        if getattr(self, "sql", None):
+            self.sql.close()
+        env = dict(os.environ, PGOUTBOX_DEV_DIR=os.path.join(self.dir, "pg"))
+        subprocess.run([os.path.join(ROOT, "scripts/dev-postgres.sh"), "stop"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", self.dir])
+
+    # ---- servers ---------------------------------------------------------------
+    def start_postgres(self):
+        os.makedirs(self.dir, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        env = dict(os.environ, PGOUTBOX_DEV_DIR=os.path.join(self.dir, "pg"))
+        self.url = subprocess.run([os.path.join(ROOT, "scripts/dev-postgres.sh"), "start"], env=env,
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        # Big enough that no checkpoint storm lands inside a timed drain.
+        self.psql("ALTER SYSTEM SET max_wal_size = '8GB'", "ALTER SYSTEM SET checkpoint_timeout = '30min'",
+                  "SELECT pg_reload_conf()")
+        self.psql_file(os.path.join(ROOT, "sql/outbox.sql"))
+        self.psql("DROP PUBLICATION IF EXISTS pgoutbox",
+                  "CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')",
+                  "CREATE SCHEMA poll",
+                  "CREATE TABLE poll.outbox (seq bigserial PRIMARY KEY, id uuid NOT NULL DEFAULT gen_random_uuid(), "
+                  "aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, "
+                  "payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz)",
+                  "CREATE INDEX ON poll.outbox (seq) WHERE published_at IS NULL")
+        self.sql = Psql(self.url)
+        self.version = self.sql.one("SHOW server_version")
+
+    def psql(self, *commands, env=None):
+        argv = ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", self.url]
+        for c in commands:
+            argv += ["-c", c]
+        return subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+
+    def psql_file(self, path):
+        subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", self.url, "-f", path],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def restart_broker(self):
+        """A fresh, empty tansu on a new port (memory-only: a restart wipes it)."""
+        if self.tansu:
+            self.reap(self.tansu, signal.SIGKILL)
+        port = free_port()
+        self.tansu = self.spawn([os.path.join(ROOT, "scripts/start-tansu.sh"), str(port),
+                                 os.path.join(self.dir, "tansu")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=dict(os.environ, TANSU_BIN=self.tansu_bin))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                self.brokers = f"127.0.0.1:{port}"
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"tansu did not listen on 127.0.0.1:{port} within 30 s")
+
+    # ---- slots and data --------------------------------------------------------
+    def create_slots(self, names, plugin="pgoutput"):
+        for n in names:
+            self.drop_slots(n)
+            if not self.sql.rows(f"SELECT pg_create_logical_replication_slot('{n}', '{plugin}')"):
+                raise RuntimeError(f"cannot create replication slot {n} (see the psql error above)")
+
+    def drop_slots(self, pattern):
+        """Drop the slots whose name is LIKE `pattern`, waiting (≤ 30 s) for their walsenders to exit:
+        a relay that just stopped may still hold its slot for a moment."""
+        like = f"slot_name LIKE '{pattern}'"
+        deadline = time.time() + 30
+        while self.sql.one(f"SELECT count(*) FROM pg_replication_slots WHERE {like} AND active") != "0":
+            if time.time() > deadline:
+                raise RuntimeError(f"replication slots LIKE {pattern!r} still active after 30 s")
+            time.sleep(0.05)
+        self.sql.rows(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE {like}")
+
+    def load(self, rows, k):
+        """ROWS outbox rows in transactions of K (asynchronous commit: loading only)."""
+        t0 = time.time()
+        if k >= rows:
+            body = (f"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT "
+                    + ROW_SQL.format(key="(g % 1000)::text", i="g", g="g")
+                    + f" FROM generate_series(1, {rows}) g")
+            self.psql("SET synchronous_commit = off", body)
+        else:
+            self.psql("SET synchronous_commit = off",
+                      f"DO $$ BEGIN FOR i IN 1..({rows} / {k}) LOOP "
+                      f"INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT "
+                      + ROW_SQL.format(key=f"((i * {k} + g) % 1000)::text", i="i", g="g")
+                      + f" FROM generate_series(1, {k}) g; COMMIT; END LOOP; END $$")
+        # The insert position, not pg_current_wal_lsn() (the write position): with
+        # asynchronous commit the last commits may not be written yet.
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        log(f"loaded {rows} rows in transactions of {k} in {time.time() - t0:.1f} s, end LSN {end}")
+        return end
+
+    # ---- one drain each --------------------------------------------------------
+    def slot_state(self, slot, lsn):
+        r = self.sql.rows(f"SELECT confirmed_flush_lsn >= '{lsn}', active_pid FROM pg_replication_slots "
+                          f"WHERE slot_name = '{slot}'")
+        return (r[0][0] == "t", int(r[0][1]) if r and r[0][1] else None) if r else (False, None)
+
+    def start_relay(self, slot):
+        t_spawn = time.time()
+        p = self.spawn([self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
+                        "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
+        lines = Lines(p.stderr)
+        ready = lines.wait_for(r"relaying outbox to kafka", 120)
+        if not ready:
+            self.reap(p, signal.SIGKILL)
+            raise RuntimeError(f"pgoutbox did not start streaming within 120 s:\n{lines.tail()}")
+        return p, lines, t_spawn, ready[0]
+
+    def stop_relay(self, p, lines):
+        self.reap(p, signal.SIGTERM, timeout=90)
+        stopped = lines.wait_for(r" stopped", 10)
+        fields = dict(re.findall(r"(\w+)=(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", stopped[1]))) if stopped else {}
+        if p.returncode != 0 or not stopped:
+            log(f"warning: pgoutbox exited with {p.returncode}:\n{lines.tail()}")
+        return {k: int(v) for k, v in fields.items() if v.isdigit()}
+
+    def wait_confirmed(self, p, lines, slot, lsn, timeout, walsender=None):
+        """Poll every 10 ms until the slot's confirmed_flush_lsn ≥ lsn; returns (time, walsender CPU)."""
+        deadline, ws_cpu = time.time() + timeout, None
+        while time.time() < deadline:
+            done, pid = self.slot_state(slot, lsn)
+            t = time.time()
+            if pid:
+                ws_cpu = proc_cpu(pid) or ws_cpu
+            if done:
+                return t, ws_cpu
+            if self.poll(p) is not None:
+                raise RuntimeError(f"pgoutbox exited with {p.returncode} before confirming {lsn}:\n{lines.tail()}")
+            time.sleep(0.01)
+        raise RuntimeError(f"slot {slot} did not reach {lsn} within {timeout} s:\n{lines.tail()}")
+
+    def drain_relay(self, slot, end, rows):
+        self.restart_broker()
+        p, lines, t_spawn, t_ready = self.start_relay(slot)
+        t_done, ws_cpu = self.wait_confirmed(p, lines, slot, end, max(300, rows / 500))
+        cpu, hwm = proc_cpu(p.pid), proc_hwm_mb(p.pid)
+        stats = self.stop_relay(p, lines)
+        r = {"events_per_second": rows / (t_done - t_ready),
+             "end_to_end_events_per_second": rows / (t_done - t_spawn),
+             "startup_seconds": t_ready - t_spawn, "drain_seconds": t_done - t_ready,
+             "cpu_us_per_event": cpu * 1e6 / rows, "peak_rss_mb": hwm,
+             "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
+             "acked": stats.get("acked"), "valid": stats.get("acked") == rows}
+        if not r["valid"]:
+            r["log_tail"] = lines.tail(40)
+            log(f"warning: pgoutbox acked {stats.get('acked')} of {rows} records: figure marked invalid; "
+                f"its log ends:\n{r['log_tail']}")
+        return r
+
+    def drain_recvlogical(self, slot, end, rows):
+        p = self.spawn([os.path.join(self.bindir, "pg_recvlogical"), "-d", self.url, "--slot", slot, "--start",
+                        "-o", "proto_version=1", "-o", "publication_names=pgoutbox", "-E", end,
+                        "-f", "/dev/null", "--no-loop", "-v"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        t_spawn = time.time()
+        lines, ws_cpu = Lines(p.stderr), None
+        deadline = time.time() + max(300, rows / 500)
+        while self.poll(p) is None and time.time() < deadline:
+            _, pid = self.slot_state(slot, end)
+            if pid:
+                ws_cpu = proc_cpu(pid) or ws_cpu
+            time.sleep(0.01)
+        t_done = time.time()
+        cpu = self.reap(p, signal.SIGKILL)
+        ready = lines.wait_for(r"streaming initiated", 1)
+        if p.returncode != 0 or not ready:
+            raise RuntimeError(f"pg_recvlogical failed ({p.returncode}):\n{lines.tail()}")
+        reached = lines.wait_for(r"end position .* reached", 1) is not None
+        return {"events_per_second": rows / (t_done - ready[0]), "startup_seconds": ready[0] - t_spawn,
+                "drain_seconds": t_done - ready[0], "cpu_us_per_event": cpu * 1e6 / rows if cpu else None,
+                "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
+                "valid": reached}
+
+    def produce_only(self, rows):
+        self.restart_broker()
+        out = subprocess.run([os.path.join(self.examples, "produce_only"), self.brokers, "bench.bench",
+                              str(rows), str(KEYS), str(PAD)], capture_output=True, text=True,
+                             timeout=max(300, rows / 500))
+        if out.returncode != 0:
+            raise RuntimeError(f"produce_only failed ({out.returncode}): {out.stderr.strip()}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r["valid"] = r["events"] == rows
+        return r
+
+    # ---- phases ----------------------------------------------------------------
+    def backlog(self, k, rows, reps):
+        rows = rows // k * k  # whole transactions only: the figures divide by what was written
+        self.pressure.phase = f"backlog txn={k}"
+        log(f"backlog: {rows} rows in transactions of {k}, {reps} rep(s)")
+        self.sql.rows("TRUNCATE outbox")
+        self.drop_slots("b\\_%")
+        self.create_slots([f"b_{what}_{r}" for r in range(reps) for what in ("relay", "recv")])
+        end = self.load(rows, k)
+        runs = {"pgoutbox": [], "pg_recvlogical": [], "producer_only": []}
+        order = list(runs)
+        for r in range(reps):
+            for what in order[r % 3:] + order[:r % 3]:
+                if what == "pgoutbox":
+                    x = self.drain_relay(f"b_relay_{r}", end, rows)
+                elif what == "pg_recvlogical":
+                    x = self.drain_recvlogical(f"b_recv_{r}", end, rows)
+                else:
+                    x = self.produce_only(rows)
+                x["rep"] = r
+                runs[what].append(x)
+                log(f"  rep {r} {what:<15} {x['events_per_second']:>10,.0f} ev/s"
+                    + (f", relay CPU {x['cpu_us_per_event']:.2f} µs/ev, RSS {x['peak_rss_mb']:.1f} MB, "
+                       f"startup {x['startup_seconds']:.2f} s" if what == "pgoutbox" else ""))
+        self.drop_slots("b\\_%")
+        self.results["backlog"][str(k)] = {"rows": rows, "txn_size": k, "end_lsn": end, "runs": runs}
+
+    def pgbench(self, table, rate, secs):
+        script = os.path.join(self.dir, f"insert-{table.replace('.', '_')}.sql")
+        with open(script, "w") as f:
+            f.write("\\set k random(0, 999)\n"
+                    f"INSERT INTO {table} (aggregate_type, aggregate_id, event_type, payload) VALUES ("
+                    + ROW_SQL.format(key="(:k)::text", i=":k", g="1") + ");\n")
+        argv = [os.path.join(self.bindir, "pgbench"), "-n", "-f", script, "-T", str(secs), "-c", "4", "-j", "2"]
+        if rate:
+            argv += ["-R", str(rate)]
+        out = subprocess.run(argv + [self.url], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"pgbench failed: {out.stderr.strip()}")
+        n = int(re.search(r"actually processed: (\d+)", out.stdout).group(1))
+        return n, n / secs
+
+    def live_floor(self, rate, secs):
+        """Commit → receipt by pg_recvlogical (test_decoding, include-timestamp), read here."""
+        self.create_slots(["l_floor"], plugin="test_decoding")
+        lat = []
+
+        def on_line(t, line):
+            m = re.match(r"COMMIT .*\(at (.+)\)$", line) or re.match(r"COMMIT \(at (.+)\)$", line)
+            if m:
+                lat.append((t - datetime.datetime.fromisoformat(m.group(1)).timestamp()) * 1e6)
+
+        p = self.spawn([os.path.join(self.bindir, "pg_recvlogical"), "-d", self.url, "--slot", "l_floor",
+                        "--start", "-o", "include-timestamp=1", "-o", "include-xids=0",
+                        "-o", "skip-empty-xacts=1", "-f", "-", "-v"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        Lines(p.stdout, on_line)
+        err = Lines(p.stderr)
+        if not err.wait_for("streaming initiated", 60):
+            raise RuntimeError(f"pg_recvlogical did not start:\n{err.tail()}")
+        n, achieved = self.pgbench("outbox", rate, secs)
+        deadline = time.time() + 120
+        while len(lat) < n and time.time() < deadline:
+            time.sleep(0.05)
+        self.reap(p, signal.SIGINT)
+        self.drop_slots("l_floor")
+        return {"events": len(lat), "written": n, "achieved_rate": achieved, "valid": len(lat) == n,
+                "p50_us": quantile(lat, 0.5), "p99_us": quantile(lat, 0.99)}
+
+    def live_relay(self, rate, secs):
+        self.create_slots(["l_relay"])
+        self.restart_broker()
+        p, lines, _, _ = self.start_relay("l_relay")
+        ws = self.slot_state("l_relay", "0/0")[1]
+        cpu0, ws0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        n, achieved = self.pgbench("outbox", rate, secs)
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        self.wait_confirmed(p, lines, "l_relay", end, 120)
+        cpu1, ws1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        stats = self.stop_relay(p, lines)
+        self.drop_slots("l_relay")
+        events = stats.get("acked", 0)
+        return {"events": events, "written": n, "achieved_rate": achieved, "valid": events == n,
+                "p50_us": stats.get("latency_p50_us"), "p99_us": stats.get("latency_p99_us"),
+                "events_per_cpu_second": events / (cpu1 - cpu0) if cpu1 > cpu0 else None,
+                "cpu_seconds": cpu1 - cpu0,
+                "pg_backend_cpu_seconds": ws1 - ws0 if ws0 is not None and ws1 is not None else None}
+
+    def live_polling(self, rate, secs):
+        self.sql.rows("TRUNCATE poll.outbox")
+        self.restart_broker()
+        p = self.spawn([os.path.join(self.examples, "polling_relay"), self.url, self.brokers, "poll."],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = Lines(p.stdout), Lines(p.stderr)
+        first = out.wait_for(r"backend_pid", 60)
+        if not first:
+            raise RuntimeError(f"polling_relay did not start:\n{err.tail()}")
+        backend = json.loads(first[1])["backend_pid"]
+        cpu0, b0 = proc_cpu(p.pid), proc_cpu(backend)
+        n, achieved = self.pgbench("poll.outbox", rate, secs)
+        deadline = time.time() + 120
+        while self.sql.one("SELECT count(*) FROM poll.outbox WHERE published_at IS NULL") != "0":
+            if time.time() > deadline or self.poll(p) is not None:
+                raise RuntimeError(f"polling_relay did not publish everything:\n{err.tail()}")
+            time.sleep(0.1)
+        cpu1, b1 = proc_cpu(p.pid), proc_cpu(backend)
+        self.reap(p, signal.SIGTERM)
+        last = out.wait_for(r'"events"', 10)
+        stats = json.loads(last[1]) if last else {}
+        events = stats.get("events", 0)
+        return {"events": events, "written": n, "achieved_rate": achieved, "valid": events == n,
+                "p50_us": stats.get("latency_p50_us"), "p99_us": stats.get("latency_p99_us"),
+                "polls": stats.get("polls"),
+                "events_per_cpu_second": events / (cpu1 - cpu0) if cpu1 > cpu0 else None,
+                "cpu_seconds": cpu1 - cpu0, "pg_backend_cpu_seconds": b1 - b0}
+
+    def live(self, rate, secs, reps):
+        if not rate:
+            self.pressure.phase = "live: insert capacity"
+            self.sql.rows("TRUNCATE outbox")
+            _, capacity = self.pgbench("outbox", None, 3)
+            self.sql.rows("TRUNCATE outbox")
+            drain = self.results["backlog"].get("1")
+            relay1 = median([x["events_per_second"] for x in drain["runs"]["pgoutbox"]]) if drain else None
+            sustainable = min(x for x in (capacity, relay1) if x)
+            rate = max(1, int(sustainable / 2))
+            log(f"live rate {rate}/s = 50 % of min(pgbench insert capacity {capacity:,.0f}/s, "
+                f"pgoutbox txn-1 backlog rate {relay1 or 0:,.0f}/s)")
+            self.results["live"]["rate_basis"] = {"insert_capacity": capacity, "relay_txn1_backlog": relay1}
+        self.results["live"]["rate"] = rate
+        self.results["live"]["seconds"] = secs
+        runs = {"floor": [], "pgoutbox": [], "polling": []}
+        order = list(runs)
+        for r in range(reps):
+            for what in order[r % 3:] + order[:r % 3]:
+                self.pressure.phase = f"live {what}"
+                x = getattr(self, f"live_{'relay' if what == 'pgoutbox' else what}")(rate, secs)
+                x["rep"] = r
+                runs[what].append(x)
+                log(f"  rep {r} live {what:<9} p50 {fmt_ms(x['p50_us'])} p99 {fmt_ms(x['p99_us'])} ms, "
+                    f"{x['events']} events at {x['achieved_rate']:,.0f}/s"
+                    + (f", {x['events_per_cpu_second']:,.0f} ev/CPU-s" if x.get("events_per_cpu_second") else ""))
+        self.results["live"]["runs"] = runs
+
+    def memory(self, rows, k):
+        for name, txn in (("backlog", k), ("single_txn", rows)):
+            self.pressure.phase = f"memory {name}"
+            log(f"memory: {rows} rows, transactions of {txn}")
+            self.sql.rows("TRUNCATE outbox")
+            self.create_slots(["m_relay"])
+            end = self.load(rows, txn)
+            x = self.drain_relay("m_relay", end, rows)
+            x["rows"], x["txn_size"] = rows, txn
+            self.drop_slots("m_relay")
+            log(f"  peak RSS {x['peak_rss_mb']:.1f} MB, {x['events_per_second']:,.0f} ev/s")
+            self.results["memory"][name] = x
+
+
+def fmt_ms(us):
+    return "n/a" if us is None else f"{us / 1000:.2f}"
+
+
+def fmt(v, spec=",.0f"):
+    return "n/a" if v is None else format(v, spec)
+
+
+def build_table(res):
+    """Rows of (figure, value, baseline, ratio, target, verdict)."""
+    rows = []
+
+    def verdict(ok, valid=True):
+        if ok is None:
+            return "n/a"
+        return ("met" if ok else "NOT met") + ("" if valid else " (invalid run)")
+
+    for k, b in res["backlog"].items():
+        runs = b["runs"]
+        rel = [x["events_per_second"] for x in runs["pgoutbox"]]
+        rec = [x["events_per_second"] for x in runs["pg_recvlogical"]]
+        pro = [x["events_per_second"] for x in runs["producer_only"]]
+        valid = all(x["valid"] for v in runs.values() for x in v)
+        ratio = median(rel) / median(rec) if rel and rec else None
+        rows.append((f"backlog txn={k}: pgoutbox vs pg_recvlogical ev/s (median; min)",
+                     f"{fmt(median(rel))}; {fmt(min(rel, default=None))}",
+                     f"{fmt(median(rec))}; {fmt(min(rec, default=None))}",
+                     fmt(ratio, ".2f") + "×", "≥ 0.9× (stretch 1.0×)",
+                     verdict(ratio >= 0.9 if ratio else None, valid)))
+        rows.append((f"backlog txn={k}: pgoutbox vs producer-only ev/s (Kafka limit)",
+                     fmt(median(rel)), fmt(median(pro)),
+                     fmt(median(rel) / median(pro) if rel and pro else None, ".2f") + "×", "info", ""))
+        cpu = [x["cpu_us_per_event"] for x in runs["pgoutbox"]]
+        pcpu = [x["cpu_us_per_event"] for x in runs["producer_only"]]
+        c = median(cpu)
+        rows.append((f"backlog txn={k}: relay CPU µs/event (median; baseline producer-only)",
+                     fmt(c, ".2f"), fmt(median(pcpu), ".2f"), "", "≤ 10 (stretch 5)",
+                     verdict(c <= 10 if c is not None else None, valid)))
+        rows.append((f"backlog txn={k}: walsender CPU µs/event pgoutbox vs pg_recvlogical",
+                     fmt(median([x["walsender_cpu_us_per_event"] for x in runs["pgoutbox"]
+                                 if x["walsender_cpu_us_per_event"]]), ".2f"),
+                     fmt(median([x["walsender_cpu_us_per_event"] for x in runs["pg_recvlogical"]
+                                 if x["walsender_cpu_us_per_event"]]), ".2f"), "", "info", ""))
+        rows.append((f"backlog txn={k}: relay peak RSS MB; startup s (median)",
+                     fmt(median([x["peak_rss_mb"] for x in runs["pgoutbox"]]), ".1f"),
+                     "", "", f"startup {fmt(median([x['startup_seconds'] for x in runs['pgoutbox']]), '.2f')} s "
+                     "(excluded from the rate)", ""))
+    live = res["live"]
+    if live.get("runs"):
+        runs = live["runs"]
+        valid = all(x["valid"] for v in runs.values() for x in v)
+        m = {w: {q: median([x[q] for x in runs[w] if x[q] is not None]) for q in ("p50_us", "p99_us")}
+             for w in runs}
+        for q, limit in (("p50_us", 2000), ("p99_us", 10000)):
+            v, f = m["pgoutbox"][q], m["floor"][q]
+            d = v - f if v is not None and f is not None else None
+            rows.append((f"live {live['rate']}/s: commit→ack {q[:3]} ms vs floor (commit→pg_recvlogical)",
+                         fmt_ms(v), fmt_ms(f), ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms",
+                         f"within {limit // 1000} ms of the floor", verdict(d <= limit if d is not None else None, valid)))
+        eps = {w: median([x["events_per_cpu_second"] for x in runs[w] if x.get("events_per_cpu_second")])
+               for w in ("pgoutbox", "polling")}
+        r = eps["pgoutbox"] / eps["polling"] if eps["pgoutbox"] and eps["polling"] else None
+        rows.append((f"live {live['rate']}/s: events per relay CPU-second, pgoutbox vs polling relay",
+                     fmt(eps["pgoutbox"]), fmt(eps["polling"]), fmt(r, ".2f") + "×", "≥ 5×",
+                     verdict(r >= 5 if r else None, valid)))
+        r = m["polling"]["p50_us"] / m["pgoutbox"]["p50_us"] if m["polling"]["p50_us"] and m["pgoutbox"]["p50_us"] else None
+        rows.append((f"live {live['rate']}/s: commit→ack p50 ms, pgoutbox vs polling relay",
+                     fmt_ms(m["pgoutbox"]["p50_us"]), fmt_ms(m["polling"]["p50_us"]), fmt(r, ".2f") + "× lower",
+                     "≥ 10× lower", verdict(r >= 10 if r else None, valid)))
+        rows.append((f"live {live['rate']}/s: commit→ack p99 ms, pgoutbox vs polling relay",
+                     fmt_ms(m["pgoutbox"]["p99_us"]), fmt_ms(m["polling"]["p99_us"]), "", "info", ""))
+        bcpu = {w: median([x["pg_backend_cpu_seconds"] * 1e6 / x["events"] for x in runs[w]
+                           if x.get("pg_backend_cpu_seconds") is not None and x["events"]])
+                for w in ("pgoutbox", "polling")}
+        rows.append((f"live {live['rate']}/s: PostgreSQL backend CPU µs/event (walsender vs poller backend)",
+                     fmt(bcpu["pgoutbox"], ".1f"), fmt(bcpu["polling"], ".1f"), "", "info", ""))
+        ach = [x["achieved_rate"] for v in runs.values() for x in v]
+        rows.append((f"live: achieved insert rate min/median (target {live['rate']}/s)",
+                     f"{fmt(min(ach))}/{fmt(median(ach))}", "", "", "≥ 95 % of target",
+                     verdict(min(ach) >= 0.95 * live["rate"])))
+    for name, x in res["memory"].items():
+        rows.append((f"memory: relay peak RSS MB, {x['rows']:,} rows as "
+                     + ("one transaction" if name == "single_txn" else f"a backlog (txn {x['txn_size']})"),
+                     fmt(x["peak_rss_mb"], ".1f"), "", f"{fmt(x['events_per_second'])} ev/s", "≤ 50 MB",
+                     verdict(x["peak_rss_mb"] <= 50, x["valid"])))
+    return rows
+
+
+def print_table(rows, pressure, header):
+    print(header)
+    cols = ("figure", "value", "baseline", "ratio/diff", "target", "verdict")
+    widths = [max(len(str(r[i])) for r in rows + [cols]) for i in range(len(cols))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
+    print(line(cols))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+    print("\nCPU pressure during the run (/proc/pressure/cpu some avg10 %, 1-min load average):")
+    for phase, s in pressure.items():
+        print(f"  {phase:<26} some avg10 median {fmt(s['some_avg10_median'], '.1f')} max "
+              f"{fmt(s['some_avg10_max'], '.1f')}; load median {s['load1_median']:.2f} max {s['load1_max']:.2f}")
+
+
+def main():
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    env = lambda name, default: type(default)(os.environ.get(name, default))
+    ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live"])
+    ap.add_argument("args", nargs="*", help="backlog: [ROWS] [TXN_SIZES]; live: [RATE] [SECONDS]")
+    ap.add_argument("--json", help="write the results here (default bench/results/<utc>.json)")
+    ap.add_argument("--rate", type=int, help="live insert rate (default: 50 %% of the sustainable rate)")
+    ap.add_argument("--rows", type=int, default=env("BENCH_ROWS", 20_000 if quick else 200_000))
+    ap.add_argument("--reps", type=int, default=env("BENCH_REPS", 1 if quick else 3))
+    ap.add_argument("--txn-sizes", default=env("BENCH_TXN_SIZES", "1 10 100"))
+    ap.add_argument("--live-seconds", type=int, default=env("BENCH_LIVE_SECONDS", 5 if quick else 15))
+    ap.add_argument("--mem-rows", type=int, default=env("BENCH_MEM_ROWS", 50_000 if quick else 1_000_000))
+    ap.add_argument("--mem-txn", type=int, default=env("BENCH_MEM_TXN", 1),
+                    help="transaction size of the memory backlog (default 1)")
+    ap.add_argument("--dir", default=os.environ.get("PGOUTBOX_BENCH_DIR", f"/tmp/pgoutbox-bench.{os.getpid()}"))
+    o = ap.parse_args()
+    if o.mode == "backlog":
+        o.rows = int(o.args[0]) if o.args else o.rows
+        o.txn_sizes = o.args[1] if len(o.args) > 1 else o.txn_sizes
+    if o.mode == "live":
+        o.rate = int(o.args[0]) if o.args else o.rate
+        o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
+    started = datetime.datetime.now(datetime.timezone.utc)
+    b = Bench(o)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    header, error = f"# pgoutbox bench {o.mode}", None
+    try:
+        b.tansu_bin = subprocess.run([os.path.join(ROOT, "scripts/install-tansu.sh")], capture_output=True,
+                                     text=True, check=True).stdout.strip()
+        b.start_postgres()
+        header = (f"# pgoutbox bench {o.mode} {started:%Y-%m-%dT%H:%M:%SZ}: {os.cpu_count()} cores, PostgreSQL "
+                  f"{b.version}, reps {o.reps}"
+                  + (f", backlog rows {o.rows} txn sizes {o.txn_sizes}" if o.mode in ("all", "backlog") else "")
+                  + (f", live {o.live_seconds} s per run" if o.mode in ("all", "live") else "")
+                  + (f", memory rows {o.mem_rows} (backlog txn {o.mem_txn})" if o.mode == "all" else "")
+                  + (" (BENCH_QUICK)" if quick else ""))
+        log(header)
+        if o.mode in ("all", "backlog"):
+            for k in [int(x) for x in o.txn_sizes.split()]:
+                b.backlog(k, o.rows, o.reps)
+        if o.mode in ("all", "live"):
+            b.live(o.rate, o.live_seconds, o.reps)
+        if o.mode == "all":
+            b.memory(o.mem_rows, o.mem_txn)
+    except Exception as e:  # report what was measured before the failure
+        error = f"{type(e).__name__}: {e}"
+        log(f"error: {error}")
+    finally:
+        b.cleanup()
+    try:
+        table = build_table(b.results)
+    except Exception as e:  # a partial run can lack figures the table compares
+        table = []
+        error = error or f"table: {type(e).__name__}: {e}"
+    pressure = b.pressure.summary()
+    print_table(table, pressure, header)
+    print("latency notes: pgoutbox p50/p99 are its histogram's bucket upper bounds (≤ 19 % above the true value); "
+          "the floor is pg_recvlogical with test_decoding (include-timestamp), lines timestamped on arrival by "
+          "bench.py; the polling relay measures delivery report − created_at.")
+    path = o.json or os.path.join(ROOT, "bench", "results", f"{started:%Y%m%dT%H%M%SZ}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"started": started.isoformat(), "mode": o.mode, "quick": quick, "cores": os.cpu_count(),
+                   "postgres": b.version, "config": {k: v for k, v in vars(o).items() if k != "args"},
+                   "table": [dict(zip(("figure", "value", "baseline", "ratio", "target", "verdict"), r))
+                             for r in table],
+                   "results": b.results, "pressure": pressure, "pressure_samples": b.pressure.samples,
+                   "error": error},
+                  f, indent=1)
+    print(f"results: {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}")
+    if error:
+        print(f"INCOMPLETE: {error}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
