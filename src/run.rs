@@ -12,7 +12,10 @@
 //! Invariants: a new session always resumes from the slot, so anything not confirmed
 //! is produced again (duplicates possible, loss never); "slot is active" (another
 //! relay holds it) is a transient condition — this process stands by and takes over
-//! when the slot frees up; SIGTERM/SIGINT drains, confirms and exits cleanly.
+//! when the slot frees up; a producer that librdkafka declared fatally broken (e.g.
+//! the idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) is replaced by a new one
+//! before the next session, unless its cause would break a new one too;
+//! SIGTERM/SIGINT drains, confirms and exits cleanly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::SourceConfig;
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
-use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
@@ -70,6 +73,12 @@ pub enum RunError {
     /// The metrics endpoint could not start.
     #[error(transparent)]
     Http(#[from] crate::http::BindError),
+    /// The producer failed fatally for a reason a new producer would meet as well.
+    #[error("the kafka producer stopped on a fatal error: {reason} ({code:?}); a new producer would fail the same way; fix: correct the cause (e.g. grant the relay's principal IDEMPOTENT_WRITE on the cluster and WRITE on its topics) and restart")]
+    ProducerFatal {
+        code: rdkafka::error::RDKafkaErrorCode,
+        reason: String,
+    },
 }
 
 impl RunError {
@@ -117,7 +126,7 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
                 );
                 return Ok(());
             }
-            Err(err) if err.is_transient() => {
+            Err(err) if renew_fatal_producer(&mut sink)? || err.is_transient() => {
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff.reset();
                 }
@@ -142,6 +151,22 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
         }
     }
     Ok(())
+}
+
+/// When librdkafka declared the producer fatally broken, it delivers nothing more:
+/// replace it. Safe because the ended session confirmed nothing past its unacked
+/// records, so the next one produces them again from the slot. Returns whether the
+/// producer was replaced; an error when the cause would break a new producer too.
+fn renew_fatal_producer(sink: &mut KafkaSink) -> Result<bool, RunError> {
+    let Some((code, reason)) = sink.fatal_error() else {
+        return Ok(false);
+    };
+    if is_permanent(code) {
+        return Err(RunError::ProducerFatal { code, reason });
+    }
+    tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
+    sink.renew()?;
+    Ok(true)
 }
 
 async fn ensure_objects(cfg: &RunConfig) -> Result<(), RunError> {

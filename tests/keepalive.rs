@@ -69,3 +69,39 @@ async fn paused_consumer_survives_a_two_second_wal_sender_timeout() {
     );
     stream.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_stream_is_not_mistaken_for_a_dead_one() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let url = format!("{}&options=-c%20wal_sender_timeout%3D2s", db.url());
+    let info = ConnInfo::parse(&url).unwrap();
+    let mut client = ReplicationClient::connect(&info).await.unwrap();
+    let start = client.create_logical_slot("idle", true).await.unwrap();
+    let mut stream = client
+        .start_pgoutput("idle", start, &["pgoutbox".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(stream.receive_timeout(), Duration::from_secs(2));
+    let walsender = db.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'idle'");
+
+    // Nothing is written, and like the relay we confirm each keepalive's WAL end, so
+    // the server has no reason of its own to talk: only the stream's requests for a
+    // reply keep it from giving the connection up after 2 s of silence.
+    let mut keepalives = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(message) = tokio::time::timeout_at(deadline, stream.recv()).await {
+        match message.expect("stream ended") {
+            Ok(ReplicationMessage::PrimaryKeepalive { wal_end, .. }) => {
+                stream.confirm(wal_end);
+                keepalives += 1;
+            }
+            Ok(_) => {}
+            Err(err) => panic!("a healthy idle stream was given up: {err}"),
+        }
+    }
+    eprintln!("idle 10 s with a 2 s receive timeout: {keepalives} keepalives");
+    let after = db.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'idle'");
+    assert_eq!(walsender, after, "the same walsender must still serve us");
+    stream.close().await.unwrap();
+}

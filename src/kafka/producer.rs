@@ -15,16 +15,22 @@
 //!   transport): the pipeline stops confirming in both cases, exits on permanent ones
 //!   and reconnects on transient ones.
 //!
-//! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted;
-//! no text from librdkafka (log lines, client errors, delivery errors) is logged or
-//! returned before secret configuration values are scrubbed from it.
+//! - A *fatal* error of the producer itself ([`KafkaSink::fatal_error`], e.g. the
+//!   idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) ends that producer for good:
+//!   every record it holds fails and no new one is accepted. [`KafkaSink::renew`]
+//!   replaces it with a fresh producer (new producer id, new sequence numbers).
+//!
+//! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
+//! by the current producer (reports of a replaced producer are discarded); no text
+//! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
+//! logged or returned before secret configuration values are scrubbed from it.
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
@@ -233,13 +239,34 @@ pub struct KafkaSink {
     producer: ThreadedProducer<Context>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
     scrubber: Scrubber,
+    /// What [`KafkaSink::renew`] builds a new producer from.
+    config: ClientConfig,
+    metrics: Arc<Metrics>,
+    /// The current producer, for [`KafkaSink::prober`] (which outlives a renewal).
+    current: Arc<Mutex<ThreadedProducer<Context>>>,
 }
 
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
-        let (tx, deliveries) = mpsc::unbounded_channel();
         let scrubber = Scrubber::new(config);
+        let (producer, deliveries) = Self::create(config, &scrubber, metrics.clone())?;
+        Ok(Self {
+            current: Arc::new(Mutex::new(producer.clone())),
+            producer,
+            deliveries,
+            scrubber,
+            config: config.clone(),
+            metrics,
+        })
+    }
+
+    fn create(
+        config: &ClientConfig,
+        scrubber: &Scrubber,
+        metrics: Arc<Metrics>,
+    ) -> Result<(ThreadedProducer<Context>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
+        let (tx, deliveries) = mpsc::unbounded_channel();
         let producer = config
             .create_with_context(Context {
                 deliveries: tx,
@@ -249,11 +276,23 @@ impl KafkaSink {
             .map_err(|err| CreateError {
                 message: scrubber.scrub(&err.to_string()),
             })?;
-        Ok(Self {
-            producer,
-            deliveries,
-            scrubber,
-        })
+        Ok((producer, deliveries))
+    }
+
+    /// Replace the producer with a new one from the same configuration, e.g. after a
+    /// [fatal error](KafkaSink::fatal_error). Records the old producer still held
+    /// are abandoned without a report: the caller must treat them as not delivered
+    /// (the relay resends everything it has not confirmed from the slot).
+    pub fn renew(&mut self) -> Result<(), CreateError> {
+        let (producer, deliveries) =
+            Self::create(&self.config, &self.scrubber, self.metrics.clone())?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = producer.clone();
+        let old = std::mem::replace(&mut self.producer, producer);
+        self.deliveries = deliveries;
+        // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
+        // threads: not on the caller's (async) thread.
+        std::thread::spawn(move || drop(old));
+        Ok(())
     }
 
     /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
@@ -318,10 +357,21 @@ impl KafkaSink {
     }
 
     /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
-    /// Cloneable into a blocking task (the producer is reference-counted).
+    /// Cloneable into a blocking task; it follows [`KafkaSink::renew`].
     pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
-        let producer = self.producer.clone();
-        move |timeout| producer.client().fetch_metadata(None, timeout).is_ok()
+        let current = self.current.clone();
+        move |timeout| {
+            let producer = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            producer.client().fetch_metadata(None, timeout).is_ok()
+        }
+    }
+
+    /// The fatal error librdkafka raised on the current producer, if any: the code of
+    /// the underlying cause (e.g. `OutOfOrderSequenceNumber`) and its description.
+    /// Such a producer accepts and delivers nothing more; see [`KafkaSink::renew`].
+    pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        let (code, reason) = self.producer.client().fatal_error()?;
+        Some((code, self.scrubber.scrub(&reason)))
     }
 
     /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.

@@ -130,6 +130,14 @@ pub enum PgError {
     /// The server ended the replication stream (CopyDone).
     #[error("server ended the replication stream")]
     StreamEnded,
+    /// The replication connection went silent and is given up (the path may be
+    /// black-holed: no FIN or RST ever arrives).
+    #[error("replication connection to {target} presumed dead: {silence} for {after:?}; the limit is the session's wal_sender_timeout (change it with options=-c wal_sender_timeout=<duration> in the database URL)")]
+    StreamTimeout {
+        target: String,
+        silence: &'static str,
+        after: Duration,
+    },
 }
 
 impl PgError {
@@ -146,7 +154,10 @@ impl PgError {
     /// configuration, missing objects and protocol violations are definite.
     pub fn is_transient(&self) -> bool {
         match self {
-            PgError::Io { .. } | PgError::Timeout { .. } | PgError::StreamEnded => true,
+            PgError::Io { .. }
+            | PgError::Timeout { .. }
+            | PgError::StreamEnded
+            | PgError::StreamTimeout { .. } => true,
             PgError::Db(db) => {
                 (matches!(
                     db.code.get(..2),

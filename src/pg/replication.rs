@@ -6,6 +6,7 @@
 //!                                                     └─ keepalive: reply now if asked
 //!  socket ◀─write── standby status update ◀── timer (min(10 s, wal_sender_timeout/2))
 //!                                          ◀── caller's `confirm` / `send_status_now`
+//!                                          ◀── silence watchdog (asks for a reply)
 //! ```
 //!
 //! Invariants:
@@ -17,6 +18,15 @@
 //!   keep flowing on the timer meanwhile, so the server never hits
 //!   `wal_sender_timeout` because of a slow consumer.
 //! - A keepalive asking for a reply is answered as soon as it is parsed.
+//! - A connection that went silent is given up, never waited on forever. While the
+//!   task reads, something must arrive within the receive timeout (the session's
+//!   `wal_sender_timeout`, 60 s when that is disabled): after half of it without a
+//!   byte the task sends a status update that requests a reply, and after all of it
+//!   the stream ends with [`PgError::StreamTimeout`]. A black-holed path (no FIN, no
+//!   RST) is otherwise invisible to the client, while the server drops its side
+//!   after its own `wal_sender_timeout`. Time spent not reading (the caller is
+//!   behind) does not count as silence; a write that does not complete within the
+//!   receive timeout ends the stream the same way.
 //!
 //! See <https://www.postgresql.org/docs/current/protocol-replication.html>.
 
@@ -42,6 +52,9 @@ use crate::pg::timestamp::now_pg_micros;
 
 /// Upper bound for the status-update interval.
 const MAX_STATUS_INTERVAL: Duration = Duration::from_secs(10);
+/// Receive timeout when the server's `wal_sender_timeout` is disabled (0): the
+/// default of PostgreSQL's own `wal_receiver_timeout`.
+const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Messages queued towards the caller before the task stops reading the socket.
 const CHANNEL_CAPACITY: usize = 1024;
 /// Bytes requested per socket read.
@@ -177,10 +190,7 @@ impl ReplicationClient {
                 .simple_query("SET client_encoding = 'SQL_ASCII'")
                 .await?;
         }
-        let status_interval = match self.wal_sender_timeout().await? {
-            Some(t) => (t / 2).min(MAX_STATUS_INTERVAL),
-            None => MAX_STATUS_INTERVAL,
-        };
+        let timers = Timers::for_wal_sender_timeout(self.wal_sender_timeout().await?);
         let publication_names = publications
             .iter()
             .map(|p| quote_ident(p))
@@ -222,7 +232,7 @@ impl ReplicationClient {
                 Err(e) => return Err(e),
             }
         }
-        Ok(ReplicationStream::spawn(self.conn, slot, status_interval))
+        Ok(ReplicationStream::spawn(self.conn, slot, timers))
     }
 }
 
@@ -252,6 +262,32 @@ pub fn parse_pg_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_millis(ms))
 }
 
+/// The stream's clocks, derived from the session's `wal_sender_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timers {
+    /// Between timer-driven status updates: `min(10 s, wal_sender_timeout / 2)`, so
+    /// the server hears from us well within its timeout.
+    status_interval: Duration,
+    /// Silence after which the connection is given up: the same limit the server
+    /// applies to us, so neither side waits on a dead peer longer than the other.
+    receive_timeout: Duration,
+}
+
+impl Timers {
+    fn for_wal_sender_timeout(wal_sender_timeout: Option<Duration>) -> Self {
+        match wal_sender_timeout {
+            Some(t) => Timers {
+                status_interval: (t / 2).min(MAX_STATUS_INTERVAL),
+                receive_timeout: t,
+            },
+            None => Timers {
+                status_interval: MAX_STATUS_INTERVAL,
+                receive_timeout: DEFAULT_RECEIVE_TIMEOUT,
+            },
+        }
+    }
+}
+
 /// State shared between the caller and the stream task.
 struct Feedback {
     /// The flush LSN the caller confirmed (monotonic).
@@ -271,11 +307,11 @@ pub struct ReplicationStream {
     events: mpsc::Receiver<Result<ReplicationMessage, PgError>>,
     feedback: Arc<Feedback>,
     commands: mpsc::Sender<Command>,
-    status_interval: Duration,
+    timers: Timers,
 }
 
 impl ReplicationStream {
-    fn spawn(conn: PgConnection, slot: &str, status_interval: Duration) -> Self {
+    fn spawn(conn: PgConnection, slot: &str, timers: Timers) -> Self {
         let (transport, read_buf, target) = conn.into_parts();
         let (reader, writer) = tokio::io::split(transport);
         let (tx, events) = mpsc::channel(CHANNEL_CAPACITY);
@@ -295,14 +331,17 @@ impl ReplicationStream {
             commands: command_rx,
             feedback: feedback.clone(),
             target,
+            receive_timeout: timers.receive_timeout,
+            last_heard: tokio::time::Instant::now(),
+            pinged: false,
         };
         let span = tracing::info_span!("replication_stream", slot = %slot);
-        tokio::spawn(task.run(status_interval).instrument(span));
+        tokio::spawn(task.run(timers.status_interval).instrument(span));
         Self {
             events,
             feedback,
             commands,
-            status_interval,
+            timers,
         }
     }
 
@@ -341,7 +380,13 @@ impl ReplicationStream {
 
     /// The interval of timer-driven status updates.
     pub fn status_interval(&self) -> Duration {
-        self.status_interval
+        self.timers.status_interval
+    }
+
+    /// How long the stream waits for a message from the server before it gives
+    /// the connection up (see the module docs).
+    pub fn receive_timeout(&self) -> Duration {
+        self.timers.receive_timeout
     }
 
     /// Send a final status update, end the stream (CopyDone, Terminate) and close.
@@ -361,6 +406,7 @@ enum Event {
     StatusDue,
     Forwarded,
     Read(std::io::Result<()>),
+    Silence,
 }
 
 /// The task that owns the socket while streaming.
@@ -376,6 +422,12 @@ struct StreamTask {
     commands: mpsc::Receiver<Command>,
     feedback: Arc<Feedback>,
     target: String,
+    /// See [`Timers::receive_timeout`].
+    receive_timeout: Duration,
+    /// When the server was last heard from, or when the task last resumed reading.
+    last_heard: tokio::time::Instant,
+    /// Whether a reply was requested since `last_heard`.
+    pinged: bool,
 }
 
 impl StreamTask {
@@ -408,6 +460,13 @@ impl StreamTask {
     async fn step(&mut self, ticker: &mut tokio::time::Interval) -> Result<bool, PgError> {
         let feedback = self.feedback.clone();
         let has_pending = !self.pending.is_empty();
+        // Half the receive timeout without a byte: ask for a reply; all of it: dead.
+        let silence_limit = if self.pinged {
+            self.receive_timeout
+        } else {
+            self.receive_timeout / 2
+        };
+        let silence_deadline = self.last_heard + silence_limit;
         let event = tokio::select! {
             biased;
             // PRIORITY 1: the caller closes the stream.
@@ -430,24 +489,49 @@ impl StreamTask {
             },
             // PRIORITY 5: read more from the server, only when nothing is queued.
             read = read_more(&mut self.reader, &mut self.read_buf), if !has_pending => Event::Read(read),
+            // PRIORITY 6: the silence watchdog, only while reading.
+            _ = tokio::time::sleep_until(silence_deadline), if !has_pending => Event::Silence,
         };
+        if has_pending {
+            // The socket was not read during this wait: whatever silence there was
+            // is ours, not the server's.
+            self.heard();
+        }
         match event {
             Event::Command(Some(Command::Close(reply))) => {
                 let _ = reply.send(self.finish().await);
                 Ok(false)
             }
             Event::Command(None) | Event::CallerGone => Ok(false),
-            Event::StatusDue => self.send_status().await.map(|()| true),
+            Event::StatusDue => self.send_status(false).await.map(|()| true),
             Event::Forwarded => Ok(true),
             Event::Read(read) => {
                 read.map_err(|source| PgError::Io {
                     context: format!("reading replication stream from {}", self.target),
                     source,
                 })?;
+                self.heard();
                 self.parse_frames().await?;
                 Ok(true)
             }
+            Event::Silence if self.pinged => Err(PgError::StreamTimeout {
+                target: self.target.clone(),
+                silence:
+                    "no message from the server, not even a keepalive after one was requested,",
+                after: self.receive_timeout,
+            }),
+            Event::Silence => {
+                tracing::debug!(silent_for = ?self.last_heard.elapsed(), "replication stream is quiet; requesting a reply");
+                self.pinged = true;
+                self.send_status(true).await.map(|()| true)
+            }
         }
+    }
+
+    /// Something arrived (or reading resumed): restart the silence clock.
+    fn heard(&mut self) {
+        self.last_heard = tokio::time::Instant::now();
+        self.pinged = false;
     }
 
     /// Parse every complete frame in the read buffer; answer keepalives now.
@@ -473,21 +557,23 @@ impl StreamTask {
                 ..
             } = message
             {
-                self.send_status().await?;
+                self.send_status(false).await?;
             }
             self.pending.push_back(message);
         }
         Ok(())
     }
 
-    async fn send_status(&mut self) -> Result<(), PgError> {
+    /// Send a standby status update; `reply_requested` asks the server to answer
+    /// with a keepalive at once.
+    async fn send_status(&mut self, reply_requested: bool) -> Result<(), PgError> {
         let flush = Lsn(self.feedback.flush.load(Ordering::Acquire));
         encode_standby_status(
             flush,
             flush,
             flush,
             now_pg_micros(),
-            false,
+            reply_requested,
             &mut self.write_buf,
         );
         self.write_out().await?;
@@ -496,23 +582,33 @@ impl StreamTask {
         Ok(())
     }
 
+    /// Write the buffer out; a write that cannot complete within the receive
+    /// timeout (the server stopped reading, or the path is black-holed) is fatal to
+    /// the stream like silence is.
     async fn write_out(&mut self) -> Result<(), PgError> {
-        let result = async {
+        let write = async {
             self.writer.write_all(&self.write_buf).await?;
             self.writer.flush().await
-        }
-        .await;
+        };
+        let result = tokio::time::timeout(self.receive_timeout, write).await;
         self.write_buf.clear();
-        result.map_err(|source| PgError::Io {
-            context: format!("writing to replication stream of {}", self.target),
-            source,
-        })
+        match result {
+            Ok(written) => written.map_err(|source| PgError::Io {
+                context: format!("writing to replication stream of {}", self.target),
+                source,
+            }),
+            Err(_) => Err(PgError::StreamTimeout {
+                target: self.target.clone(),
+                silence: "a write to the server did not complete",
+                after: self.receive_timeout,
+            }),
+        }
     }
 
     /// Final status update, then CopyDone and Terminate: the server records the flush
     /// position before it sees the connection end.
     async fn finish(&mut self) -> Result<(), PgError> {
-        self.send_status().await?;
+        self.send_status(false).await?;
         frontend::copy_done(&mut self.write_buf);
         frontend::terminate(&mut self.write_buf);
         self.write_out().await?;
@@ -555,6 +651,19 @@ mod tests {
         assert_eq!(parse_pg_duration("1min"), Some(Duration::from_secs(60)));
         assert_eq!(parse_pg_duration("0"), Some(Duration::ZERO));
         assert_eq!(parse_pg_duration("1 fortnight"), None);
+    }
+
+    #[test]
+    fn timers_follow_wal_sender_timeout() {
+        let t = Timers::for_wal_sender_timeout(Some(Duration::from_secs(60)));
+        assert_eq!(t.status_interval, Duration::from_secs(10));
+        assert_eq!(t.receive_timeout, Duration::from_secs(60));
+        let t = Timers::for_wal_sender_timeout(Some(Duration::from_secs(4)));
+        assert_eq!(t.status_interval, Duration::from_secs(2));
+        assert_eq!(t.receive_timeout, Duration::from_secs(4));
+        let t = Timers::for_wal_sender_timeout(None);
+        assert_eq!(t.status_interval, MAX_STATUS_INTERVAL);
+        assert_eq!(t.receive_timeout, DEFAULT_RECEIVE_TIMEOUT);
     }
 
     #[test]

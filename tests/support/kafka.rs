@@ -110,6 +110,12 @@ impl Broker {
     pub fn resume(&self) {
         self.proxy.up();
     }
+
+    /// The proxy between clients and the broker, for finer faults (reset,
+    /// black-hole, latency).
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
 }
 
 impl Drop for Broker {

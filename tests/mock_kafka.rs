@@ -1,0 +1,622 @@
+//! Broker-side faults tansu cannot produce, from librdkafka's in-process mock
+//! cluster (`rdkafka::mocking::MockCluster`, real sockets on loopback): injected
+//! produce errors (retriable and permanent), leader loss, slow acks, and the
+//! idempotent producer's fatal errors.
+//!
+//! Sink-level tests drive [`KafkaSink`] built by [`producer_config`] exactly as the
+//! relay does and read the topic back; the last tests run the relay binary against
+//! the mock cluster and a real PostgreSQL.
+//!
+//! What librdkafka 2.12 does, as these tests pin it down: NOT_LEADER_FOR_PARTITION,
+//! REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), LEADER_NOT_AVAILABLE and a
+//! lone UNKNOWN_PRODUCER_ID are retried inside the producer; INVALID_PRODUCER_EPOCH
+//! fails the records (a transient error: the relay resends from the slot) and the
+//! producer goes on; OUT_OF_ORDER_SEQUENCE_NUMBER, or UNKNOWN_PRODUCER_ID on a
+//! retried batch, is *fatal*: the producer fails everything it holds and refuses
+//! new records, so only a new producer can go on.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use pgoutbox::kafka::config::{producer_config, KafkaOptions};
+use pgoutbox::kafka::producer::{is_permanent, Delivery, DeliveryError, KafkaSink, SendError};
+use pgoutbox::metrics::Metrics;
+use pgoutbox::outbox::record::KafkaRecord;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use support::kafka::{Consumed, Reader};
+use support::verify::{verify, Ledger};
+use support::{PgCluster, Pgoutbox, WAIT};
+
+const TOPIC: &str = "mock.events";
+const PARTITIONS: i32 = 3;
+const BROKERS: i32 = 3;
+
+type Mock = MockCluster<'static, DefaultProducerContext>;
+
+/// A mock cluster of three brokers with [`TOPIC`] (three partitions, three replicas).
+fn mock() -> Mock {
+    let mock = MockCluster::new(BROKERS).expect("mock cluster");
+    mock.create_topic(TOPIC, PARTITIONS, BROKERS)
+        .expect("create topic");
+    mock
+}
+
+/// The relay's sink against `mock`, with the relay's settings plus `options`.
+fn sink(mock: &Mock, options: &[(&str, &str)]) -> KafkaSink {
+    let raw: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let options = KafkaOptions::parse(&raw).expect("options");
+    let config = producer_config(&mock.bootstrap_servers(), &options).expect("config");
+    KafkaSink::new(&config, Arc::new(Metrics::default())).expect("producer")
+}
+
+/// Record `n` of the test: key `key-(n % 10)`, header `id` = `event-n`.
+fn record(n: usize) -> KafkaRecord {
+    KafkaRecord {
+        topic: TOPIC.to_owned(),
+        key: Some(Bytes::from(format!("key-{}", n % 10))),
+        value: Some(Bytes::from(format!("{{\"n\":{n}}}"))),
+        id: Some(Bytes::from(format!("event-{n}"))),
+        event_type: Some(Bytes::from_static(b"Happened")),
+        timestamp_ms: 1_700_000_000_000,
+        headers: Vec::new(),
+    }
+}
+
+fn ledger(ns: impl IntoIterator<Item = usize>) -> Ledger {
+    let mut ledger = Ledger::default();
+    for n in ns {
+        ledger.push(format!("event-{n}"), format!("key-{}", n % 10));
+    }
+    ledger
+}
+
+/// What happened to records sent through [`send_all`].
+#[derive(Debug, Default)]
+struct Outcome {
+    /// Per tag: the delivery result.
+    results: BTreeMap<usize, Result<(), DeliveryError>>,
+    /// `send` answered QueueFull this many times (the backpressure point).
+    queue_full: usize,
+    /// Highest `in_flight()` seen.
+    max_in_flight: i32,
+}
+
+impl Outcome {
+    fn acked(&self) -> usize {
+        self.results.values().filter(|r| r.is_ok()).count()
+    }
+    fn failed(&self) -> Vec<(usize, &DeliveryError)> {
+        self.results
+            .iter()
+            .filter_map(|(t, r)| r.as_ref().err().map(|e| (*t, e)))
+            .collect()
+    }
+}
+
+/// Send records `ns` (tag = n) the way the pipeline does — on QueueFull wait for a
+/// report and retry — and wait for every report.
+async fn send_all(sink: &mut KafkaSink, ns: impl IntoIterator<Item = usize>) -> Outcome {
+    let mut out = Outcome::default();
+    let mut sent = 0;
+    let take = |out: &mut Outcome, d: Delivery| {
+        assert!(
+            out.results.insert(d.tag, d.result).is_none(),
+            "two reports for record {}",
+            d.tag
+        );
+    };
+    for n in ns {
+        loop {
+            match sink.send(&record(n), n) {
+                Ok(()) => break,
+                Err(SendError::QueueFull) => {
+                    out.queue_full += 1;
+                    let d = next(sink).await;
+                    take(&mut out, d);
+                }
+                Err(SendError::Refused(err)) => panic!("record {n} refused: {err}"),
+            }
+        }
+        sent += 1;
+        out.max_in_flight = out.max_in_flight.max(sink.in_flight());
+    }
+    while out.results.len() < sent {
+        let d = next(sink).await;
+        take(&mut out, d);
+    }
+    out
+}
+
+async fn next(sink: &mut KafkaSink) -> Delivery {
+    tokio::time::timeout(WAIT, sink.next_delivery())
+        .await
+        .expect("a delivery report within the timeout")
+        .expect("delivery channel open")
+}
+
+/// Read `TOPIC` back until `n` records arrived.
+fn read_back(mock: &Mock, n: usize) -> Vec<Consumed> {
+    let mut reader = Reader::new(&mock.bootstrap_servers(), &[TOPIC.to_owned()]);
+    reader.read_until(&format!("{n} records"), WAIT, |r| r.len() >= n);
+    reader.settle(Duration::from_millis(500));
+    reader.records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retriable_produce_errors_are_retried_in_order_without_duplicates() {
+    use RDKafkaRespErr::*;
+    let mock = mock();
+    let mut sink = sink(&mock, &[]);
+    // Warm up (producer id, metadata), then make the next produce requests fail.
+    assert_eq!(send_all(&mut sink, 0..30).await.acked(), 30);
+    let errors = [
+        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+        RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+    ];
+    for code in errors {
+        mock.request_errors(RDKafkaApiKey::Produce, &[code; 3]);
+    }
+    let start = Instant::now();
+    let outcome = send_all(&mut sink, 30..600).await;
+    eprintln!(
+        "retriable errors ({} injected): 570 records acked in {:?}",
+        errors.len() * 3,
+        start.elapsed()
+    );
+    assert_eq!(outcome.failed().len(), 0, "{:?}", outcome.failed());
+    assert!(sink.fatal_error().is_none(), "{:?}", sink.fatal_error());
+
+    let records = read_back(&mock, 600);
+    let verdict = verify(&ledger(0..600), &records);
+    eprintln!("retriable errors: {verdict:?}");
+    verdict.assert_no_loss();
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+    assert_eq!(verdict.delivered, 600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_produce_errors_fail_the_record_and_name_the_topic() {
+    use RDKafkaRespErr::*;
+    for (code, expected) in [
+        (
+            RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+            RDKafkaErrorCode::MessageSizeTooLarge,
+        ),
+        (
+            RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+        ),
+        (
+            RD_KAFKA_RESP_ERR_INVALID_RECORD,
+            RDKafkaErrorCode::InvalidRecord,
+        ),
+    ] {
+        let mock = mock();
+        let mut sink = sink(&mock, &[]);
+        assert_eq!(send_all(&mut sink, 0..1).await.acked(), 1);
+        mock.request_errors(RDKafkaApiKey::Produce, &[code]);
+        let outcome = send_all(&mut sink, 1..2).await;
+        let failed = outcome.failed();
+        let [(1, error)] = failed.as_slice() else {
+            panic!("{code:?}: expected record 1 to fail, got {outcome:?}");
+        };
+        eprintln!(
+            "{code:?}: {error}; producer fatal afterwards: {:?}",
+            sink.fatal_error()
+        );
+        assert_eq!(error.code, expected);
+        assert!(error.permanent && is_permanent(error.code), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains(TOPIC) && text.contains("event-1"), "{text}");
+    }
+}
+
+/// Send records `30..300` while `fault` holds, undo it with `heal`, and check
+/// every record is acked once, in order per key.
+async fn survive_leader_fault(scenario: &str, mock: &Mock, fault: impl Fn(), heal: impl Fn()) {
+    let mut sink = sink(mock, &[]);
+    assert_eq!(send_all(&mut sink, 0..30).await.acked(), 30);
+    fault();
+    for n in 30..300 {
+        sink.send(&record(n), n).unwrap();
+    }
+    // Let the producer run into the fault for a while (the wait is the fault).
+    let early = tokio::time::timeout(Duration::from_secs(2), sink.next_delivery()).await;
+    if let Ok(Some(d)) = &early {
+        assert!(
+            d.result.is_ok(),
+            "{scenario}: record {}: {:?}",
+            d.tag,
+            d.result
+        );
+    }
+    let healed = Instant::now();
+    heal();
+    let mut acked = usize::from(early.is_ok());
+    while acked < 270 {
+        let d = next(&mut sink).await;
+        assert!(
+            d.result.is_ok(),
+            "{scenario}: record {}: {:?}",
+            d.tag,
+            d.result
+        );
+        acked += 1;
+    }
+    eprintln!(
+        "{scenario}: 270 records acked {:?} after the leaders were back",
+        healed.elapsed()
+    );
+    let verdict = verify(&ledger(0..300), &read_back(mock, 300));
+    eprintln!("{scenario}: {verdict:?}");
+    verdict.assert_no_loss();
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaderless_partitions_delay_delivery_and_keep_order() {
+    let mock = mock();
+    // librdkafka 2.12.1's mock broker dereferences the missing leader when it answers
+    // a v10+ ProduceRequest with NOT_LEADER_FOR_PARTITION (rdkafka_mock_handlers.c,
+    // CurrentLeader tag) and crashes; v9 answers without that tag.
+    mock.apiversion(RDKafkaApiKey::Produce, Some(0), Some(9))
+        .unwrap();
+    let set = |leader: fn(i32) -> Option<i32>| {
+        for p in 0..PARTITIONS {
+            mock.partition_leader(TOPIC, p, leader(p)).unwrap();
+        }
+    };
+    survive_leader_fault(
+        "leaderless partitions",
+        &mock,
+        || set(|_| None),
+        || set(|p| Some(p % BROKERS + 1)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_moving_to_another_broker_keeps_order() {
+    let mock = mock();
+    let mock = &mock;
+    let leader_of = |shift: i32| {
+        move || {
+            for p in 0..PARTITIONS {
+                mock.partition_leader(TOPIC, p, Some((p + shift) % BROKERS + 1))
+                    .unwrap();
+            }
+        }
+    };
+    // Every partition moves to the next broker while records are in flight; the
+    // old leaders answer NOT_LEADER_FOR_PARTITION with the new one.
+    survive_leader_fault("leader change", mock, leader_of(1), leader_of(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_acks_are_absorbed_by_backpressure_within_the_queue_cap() {
+    let mock = mock();
+    let cap = 50;
+    let mut sink = sink(
+        &mock,
+        &[("queue.buffering.max.messages", "50"), ("linger.ms", "0")],
+    );
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::from_millis(300))
+            .unwrap();
+    }
+    let start = Instant::now();
+    let outcome = send_all(&mut sink, 0..500).await;
+    eprintln!(
+        "slow acks (300 ms): 500 records in {:?}, queue full {} times, librdkafka's out-queue peaked at {} (cap {cap} messages)",
+        start.elapsed(),
+        outcome.queue_full,
+        outcome.max_in_flight
+    );
+    assert_eq!(outcome.failed().len(), 0, "{:?}", outcome.failed());
+    assert!(outcome.queue_full > 0, "the queue cap was never reached");
+    // The fault is over; the reader is not made to wait 300 ms a request.
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::ZERO).unwrap();
+    }
+    let verdict = verify(&ledger(0..500), &read_back(&mock, 500));
+    verdict.assert_no_loss();
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+}
+
+/// Inject `errors`, expect the producer to turn fatal with `cause`, then do what the
+/// relay does: a new producer, and every record not acked sent again.
+async fn survive_fatal(errors: &[RDKafkaRespErr], cause: RDKafkaErrorCode) {
+    let mock = mock();
+    let mut sink = sink(&mock, &[]);
+    assert_eq!(send_all(&mut sink, 0..30).await.acked(), 30);
+    mock.request_errors(RDKafkaApiKey::Produce, errors);
+    let outcome = send_all(&mut sink, 30..100).await;
+    let failed: Vec<usize> = outcome.failed().iter().map(|(n, _)| *n).collect();
+    let (code, reason) = sink
+        .fatal_error()
+        .unwrap_or_else(|| panic!("{errors:?} must be fatal: {outcome:?}"));
+    eprintln!(
+        "{errors:?}: fatal {code:?} ({reason}); {} acked, {} failed",
+        outcome.acked(),
+        failed.len()
+    );
+    assert_eq!(code, cause);
+    assert!(
+        !is_permanent(code),
+        "a new producer can go on after {code:?}"
+    );
+    assert!(!failed.is_empty());
+    // The fatal producer takes nothing more.
+    let refused = sink.send(&record(100), 100);
+    assert!(matches!(refused, Err(SendError::Refused(_))), "{refused:?}");
+
+    // Errors the fatal producer did not consume must not hit the new one.
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    sink.renew().unwrap();
+    assert!(sink.fatal_error().is_none());
+    let again = send_all(&mut sink, failed.iter().copied().chain(100..130)).await;
+    assert_eq!(again.failed().len(), 0, "{:?}", again.failed());
+
+    let acked_first: HashSet<usize> = outcome
+        .results
+        .iter()
+        .filter(|(_, r)| r.is_ok())
+        .map(|(n, _)| *n)
+        .collect();
+    let records = read_back(&mock, 30 + acked_first.len() + failed.len() + 30);
+    // Every event arrived once; per key the resent ones follow what was acked.
+    let mut order: Vec<usize> = (0..30).collect();
+    order.extend((30..100).filter(|n| acked_first.contains(n)));
+    order.extend(failed.iter().copied());
+    order.extend(100..130);
+    let verdict = verify(&ledger(order), &records);
+    eprintln!("fatal + new producer: {verdict:?}");
+    verdict.assert_no_loss();
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_sequence_is_fatal_and_a_new_producer_goes_on() {
+    survive_fatal(
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3],
+        RDKafkaErrorCode::OutOfOrderSequenceNumber,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_producer_id_on_a_retry_is_fatal_and_a_new_producer_goes_on() {
+    use RDKafkaRespErr::*;
+    survive_fatal(
+        &[
+            RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+            RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+            RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID,
+        ],
+        RDKafkaErrorCode::UnknownProducerId,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_producer_epoch_fails_records_transiently_and_the_producer_goes_on() {
+    let mock = mock();
+    let mut sink = sink(&mock, &[]);
+    assert_eq!(send_all(&mut sink, 0..30).await.acked(), 30);
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH; 3],
+    );
+    let outcome = send_all(&mut sink, 30..100).await;
+    let failed = outcome.failed();
+    eprintln!(
+        "INVALID_PRODUCER_EPOCH x3: {} acked, {} failed, fatal {:?}",
+        outcome.acked(),
+        failed.len(),
+        sink.fatal_error()
+    );
+    assert!(!failed.is_empty());
+    for (_, e) in &failed {
+        assert!(!e.permanent, "{e:?}");
+    }
+    assert!(sink.fatal_error().is_none());
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    let failed: Vec<usize> = failed.iter().map(|(n, _)| *n).collect();
+    assert_eq!(send_all(&mut sink, failed).await.failed().len(), 0);
+}
+
+// ------------------------------------------------------------- the relay, end to end
+
+/// `pgoutbox run` for `db` against `mock` (slot and topic prefix named after the
+/// database), plus `extra`; waits until it streams.
+fn spawn_relay(db: &support::TestDb<'_>, mock: &Mock, extra: &[&str]) -> Pgoutbox {
+    let (url, bootstrap) = (db.url(), mock.bootstrap_servers());
+    let template = format!("{}.${{routedByValue}}", db.name);
+    let mut args = vec![
+        "run",
+        "--database-url",
+        &url,
+        "--brokers",
+        &bootstrap,
+        "--slot",
+        &db.name,
+        "--topic-template",
+        &template,
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    let relay = Pgoutbox::spawn(&args);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
+}
+
+/// One statement per event (so one transaction each) for events `ns`, keyed
+/// `key-(n % 10)`, aggregate type `order`; recorded in `ledger`.
+fn events_sql(ns: std::ops::Range<usize>, ledger: &mut Ledger) -> String {
+    let mut sql = String::new();
+    for n in ns {
+        let (id, key) = (
+            format!("00000000-0000-4000-8000-{n:012}"),
+            format!("key-{}", n % 10),
+        );
+        sql.push_str(&format!(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES \
+             ('{id}', 'order', '{key}', 'Happened', '{{\"n\": {n}}}');"
+        ));
+        ledger.push(id, key);
+    }
+    sql
+}
+
+/// The relay against the mock cluster: OUT_OF_ORDER_SEQUENCE_NUMBER is injected
+/// again and again; each time the relay must replace its producer and resume from
+/// the slot instead of exiting, and every committed event must arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
+    let db = PgCluster::shared().fresh_db();
+    let topic = format!("{}.order", db.name);
+    let mock = MockCluster::new(BROKERS).expect("mock cluster");
+    mock.create_topic(&topic, PARTITIONS, BROKERS).unwrap();
+    let mut relay = spawn_relay(&db, &mock, &[]);
+    let client = db.client().await;
+    let mut ledger = Ledger::default();
+    client
+        .batch_execute(&events_sql(0..100, &mut ledger))
+        .await
+        .unwrap();
+    let mut reader = Reader::new(&mock.bootstrap_servers(), std::slice::from_ref(&topic));
+    reader.read_until("the first 100 records", WAIT, |r| r.len() >= 100);
+
+    let rounds = 3;
+    for round in 1..=rounds {
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 2],
+        );
+        let first = 100 * round;
+        client
+            .batch_execute(&events_sql(first..first + 100, &mut ledger))
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let ids: HashSet<String> = ledger.committed.iter().map(|(id, _)| id.clone()).collect();
+        let complete = reader.try_read_until(WAIT, |r| {
+            let got: HashSet<String> = r.iter().map(|c| c.id()).collect();
+            ids.is_subset(&got)
+        });
+        assert!(
+            complete,
+            "round {round}: not every event arrived; relay:\n{}",
+            relay.stderr()
+        );
+        eprintln!(
+            "round {round}: all {} events delivered {:?} after the writes",
+            ledger.len(),
+            start.elapsed()
+        );
+        assert!(
+            relay.child.try_wait().unwrap().is_none(),
+            "the relay exited:\n{}",
+            relay.stderr()
+        );
+    }
+    reader.settle(Duration::from_secs(1));
+    let verdict = verify(&ledger, &reader.records);
+    let renewals = relay.stderr().matches("replacing it").count();
+    eprintln!("relay + fatal producer errors: {verdict:?}; producer replaced {renewals} times");
+    verdict.assert_no_loss();
+    assert!(
+        renewals >= rounds,
+        "each round must replace the producer:\n{}",
+        relay.stderr()
+    );
+    relay.signal("TERM");
+    assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
+}
+
+/// The relay's `/metrics` text (address from its startup log).
+fn metrics(relay: &Pgoutbox) -> String {
+    use std::io::{Read, Write};
+    let addr = support::wait_for("the relay's metrics address", WAIT, || {
+        relay
+            .stderr()
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
+    });
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// With every ack 300 ms away the relay's in-flight cap is what bounds the work
+/// outstanding: `pgoutbox_in_flight_records` never exceeds `--max-in-flight`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_keeps_its_in_flight_cap_when_acks_are_slow() {
+    let db = PgCluster::shared().fresh_db();
+    let topic = format!("{}.order", db.name);
+    let mock = MockCluster::new(BROKERS).expect("mock cluster");
+    mock.create_topic(&topic, PARTITIONS, BROKERS).unwrap();
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::from_millis(300))
+            .unwrap();
+    }
+    let cap = 20;
+    let relay = spawn_relay(&db, &mock, &["--max-in-flight", "20"]);
+    let mut ledger = Ledger::default();
+    let client = db.client().await;
+    client
+        .batch_execute(&events_sql(0..400, &mut ledger))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let published = format!("outbox_events_published_total{{topic=\"{topic}\"}} 400");
+    let mut peak = 0;
+    loop {
+        let text = metrics(&relay);
+        let in_flight: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pgoutbox_in_flight_records "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        peak = peak.max(in_flight);
+        if text.contains(&published) {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT * 2,
+            "not all 400 records acked; relay:\n{}",
+            relay.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "slow acks (300 ms), --max-in-flight {cap}: 400 records acked in {:?}, in-flight gauge peaked at {peak}",
+        start.elapsed()
+    );
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::ZERO).unwrap();
+    }
+    let mut reader = Reader::new(&mock.bootstrap_servers(), std::slice::from_ref(&topic));
+    reader.read_until("400 records", WAIT, |r| r.len() >= 400);
+    assert!(peak <= cap, "{peak} records in flight, cap {cap}");
+    let verdict = verify(&ledger, &reader.records);
+    verdict.assert_no_loss();
+}
