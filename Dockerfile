@@ -15,8 +15,13 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --no-create-home pgoutbox
+ && useradd --system --uid 10001 --no-create-home pgoutbox \
+ && install -d -o 10001 -g 10001 -m 0700 /var/lib/pgoutbox
 COPY --from=build /src/target/release/pgoutbox /usr/local/bin/pgoutbox
+# The state file (last LSN confirmed to PostgreSQL, checked against the slot at every
+# start) must outlive the container: mount a volume here.
+ENV PGOUTBOX_STATE_DIR=/var/lib/pgoutbox
+VOLUME ["/var/lib/pgoutbox"]
 USER 10001
 ENTRYPOINT ["/usr/local/bin/pgoutbox"]
 CMD ["--help"]

@@ -360,6 +360,20 @@ pub struct RunArgs {
     /// (unconfirmed records are resent after restart).
     #[arg(long, env = "PGOUTBOX_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_timeout: std::time::Duration,
+
+    /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
+    /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else
+    /// $XDG_STATE_HOME/pgoutbox, else ~/.local/state/pgoutbox. `off` disables the
+    /// slot-safety checks that need it.
+    #[arg(long, env = "PGOUTBOX_STATE_DIR", value_name = "DIR|off")]
+    pub state_dir: Option<String>,
+
+    /// Start even though the slot was advanced, dropped, re-created or moved to
+    /// another server behind the relay's back: log the skipped range, create the slot
+    /// if missing, rewrite the state file. Applies to this start only. Deliberately
+    /// has no environment twin, so it is never left on in a service's settings.
+    #[arg(long)]
+    pub accept_slot_reset: bool,
 }
 
 /// `--on-update` values.

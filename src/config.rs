@@ -18,6 +18,7 @@ use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pipeline::{OnUpdate, PipelineConfig};
 use crate::run::RunConfig;
+use crate::safety::SafetyConfig;
 use crate::secret::Secret;
 
 /// A configuration error, reported before anything connects.
@@ -61,6 +62,9 @@ pub enum ConfigError {
     /// A bad `--on-invalid` / `--dlq-topic`.
     #[error(transparent)]
     Invalid(#[from] PolicyError),
+    /// No state directory.
+    #[error(transparent)]
+    StateDir(#[from] crate::state::StateError),
 }
 
 /// Where the outbox lives.
@@ -268,6 +272,10 @@ impl RunConfig {
                         .map_err(|_| ConfigError::HttpAddr(addr.to_owned()))?,
                 ),
             },
+            safety: SafetyConfig {
+                state_dir: crate::safety::state_dir(args.state_dir.as_deref())?,
+                accept_slot_reset: args.accept_slot_reset,
+            },
         })
     }
 }
@@ -327,6 +335,14 @@ impl RunConfig {
         line(
             "http_addr",
             q(&self.http_addr.map_or("off".to_owned(), |a| a.to_string())),
+        );
+        line(
+            "state_dir",
+            q(&self
+                .safety
+                .state_dir
+                .as_ref()
+                .map_or("off".to_owned(), |d| d.display().to_string())),
         );
         for spec in &self.pipeline.tables {
             let m = &spec.mapping;

@@ -14,6 +14,8 @@
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay loop and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
+//! - [`state`]: the state file, the last confirmed LSN on local disk.
+//! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost, …).
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 //! - [`ops`]: `check`, `status`, `teardown`.
@@ -31,6 +33,8 @@ pub mod outbox;
 pub mod pg;
 pub mod pipeline;
 pub mod run;
+pub mod safety;
 pub mod secret;
 pub mod setup;
+pub mod state;
 pub mod tail;

@@ -1,21 +1,24 @@
 //! `pgoutbox run`: the service.
 //!
-//! Owns startup (publication and slot created when missing), the one Kafka producer
-//! that outlives replication sessions, and the reconnect loop:
+//! Owns startup (publication and slot created when missing — unless the state file
+//! says this relay has relayed through them before), the one Kafka producer that
+//! outlives replication sessions, and the reconnect loop:
 //!
 //! ```text
-//!  ensure publication + slot ─▶ loop { connect ─ START_REPLICATION (resume at the
-//!  slot's confirmed_flush_lsn) ─ Session::run } ── transient error ─▶ back off, retry
-//!                                                └─ definite error ─▶ exit non-zero
+//!  ensure publication + slot ─▶ loop { connect ─ slot-safety checks ─ START_REPLICATION
+//!  (resume at the slot's confirmed_flush_lsn) ─ slot-safety check of that LSN ─
+//!  Session::run } ── transient error ─▶ back off, retry
+//!                 └─ definite error (slot safety included) ─▶ exit non-zero
 //! ```
 //!
 //! Invariants: a new session always resumes from the slot, so anything not confirmed
-//! is produced again (duplicates possible, loss never); "slot is active" (another
-//! relay holds it) is a transient condition — this process stands by and takes over
-//! when the slot frees up; a producer that librdkafka declared fatally broken (e.g.
-//! the idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) is replaced by a new one
-//! before the next session, unless its cause would break a new one too;
-//! SIGTERM/SIGINT drains, confirms and exits cleanly.
+//! is produced again (duplicates possible, loss never); a slot that moved behind the
+//! relay's back stops it before anything is relayed ([`crate::safety`]); "slot is
+//! active" (another relay holds it) is a transient condition — this process stands
+//! by and takes over when the slot frees up; a producer that librdkafka declared
+//! fatally broken (e.g. the idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) is
+//! replaced by a new one before the next session, unless its cause would break a new
+//! one too; SIGTERM/SIGINT drains, confirms and exits cleanly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,7 @@ use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::ReplicationClient;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
+use crate::safety::{SafetyConfig, SafetyError, SlotGuard};
 
 /// SQLSTATE of "replication slot … is active for PID …".
 const OBJECT_IN_USE: &str = "55006";
@@ -52,6 +56,8 @@ pub struct RunConfig {
     pub max_backoff: Duration,
     /// Where to serve /metrics, /healthz, /readyz (`None`: off).
     pub http_addr: Option<std::net::SocketAddr>,
+    /// State file and `--accept-slot-reset`.
+    pub safety: SafetyConfig,
 }
 
 /// Why the service stopped with an error.
@@ -79,6 +85,9 @@ pub enum RunError {
         code: rdkafka::error::RDKafkaErrorCode,
         reason: String,
     },
+    /// The slot moved behind the relay's back, or the state file is unusable.
+    #[error(transparent)]
+    Safety(#[from] SafetyError),
 }
 
 impl RunError {
@@ -106,13 +115,15 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
         metrics.clone(),
     )?;
     spawn_producer_probe(&sink, metrics.clone(), shutdown.clone());
-    retry(cfg, &shutdown, || ensure_objects(cfg)).await?;
+    let mut guard = open_guard(cfg)?;
+    let create = guard.may_create()?;
+    retry(cfg, &shutdown, || ensure_objects(cfg, create)).await?;
     let mut generation: u16 = 0;
     let mut backoff = Backoff::new(cfg.max_backoff);
     let mut standing_by = false;
     while !shutdown.is_cancelled() {
         let started = tokio::time::Instant::now();
-        match session(cfg, &mut sink, generation, &shutdown, &metrics).await {
+        match session(cfg, &mut sink, generation, &shutdown, &metrics, &mut guard).await {
             Ok(stats) => {
                 tracing::info!(
                     produced = stats.produced,
@@ -132,6 +143,7 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
                 }
                 let delay = backoff.next();
                 if err.is_slot_in_use() {
+                    guard.note_standby();
                     if !standing_by {
                         tracing::info!(slot = %cfg.slot, error = %err, "slot is held by another process; standing by to take over");
                     }
@@ -169,10 +181,32 @@ fn renew_fatal_producer(sink: &mut KafkaSink) -> Result<bool, RunError> {
     Ok(true)
 }
 
-async fn ensure_objects(cfg: &RunConfig) -> Result<(), RunError> {
+fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
+    let (table, timestamp) = cfg.pipeline.tables.first().map_or_else(
+        || ("outbox".to_owned(), "created_at".to_owned()),
+        |t| (t.table.quoted(), t.mapping.timestamp.clone()),
+    );
+    SlotGuard::open(
+        &cfg.safety,
+        &cfg.source.conninfo.dbname,
+        &cfg.slot,
+        &cfg.source.publication,
+        &table,
+        &timestamp,
+    )
+}
+
+/// Create the publication and the slot when missing — only when `create` (no
+/// history with them, or `--accept-slot-reset`); otherwise an existing publication
+/// is still checked, and what is missing is reported by the slot-safety checks.
+async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     let client = catalog::connect(&cfg.source.conninfo).await?;
-    catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
-    catalog::ensure_slot(&client, &cfg.slot).await?;
+    if create || catalog::publication_exists(&client, &cfg.source.publication).await? {
+        catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
+    }
+    if create {
+        catalog::ensure_slot(&client, &cfg.slot).await?;
+    }
     Ok(())
 }
 
@@ -228,21 +262,22 @@ async fn session(
     generation: u16,
     shutdown: &CancellationToken,
     metrics: &Arc<Metrics>,
+    guard: &mut SlotGuard,
 ) -> Result<SessionStats, RunError> {
-    let start = {
-        let client = catalog::connect(&cfg.source.conninfo).await?;
-        let info = catalog::slot_info(&client, &cfg.slot)
-            .await?
-            .ok_or_else(|| CatalogError::MissingSlot {
-                slot: cfg.slot.clone(),
-            })?;
-        catalog::check_slot_kind(&info)?;
-        catalog::check_slot_database(&client, &info).await?;
-        info.confirmed_flush_lsn.unwrap_or(Lsn::INVALID)
-    };
-    let client = ReplicationClient::connect(&cfg.source.conninfo)
+    let catalog_client = catalog::connect(&cfg.source.conninfo).await?;
+    let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
+    let mut client = ReplicationClient::connect(&cfg.source.conninfo)
         .await
         .map_err(PipelineError::Pg)?;
+    let identity = client.identify_system().await.map_err(PipelineError::Pg)?;
+    guard
+        .before_start(&catalog_client, &identity, info.as_ref())
+        .await?;
+    let info = info.ok_or_else(|| CatalogError::MissingSlot {
+        slot: cfg.slot.clone(),
+    })?;
+    catalog::check_slot_kind(&info)?;
+    catalog::check_slot_database(&catalog_client, &info).await?;
     let stream = client
         .start_pgoutput(
             &cfg.slot,
@@ -250,7 +285,14 @@ async fn session(
             std::slice::from_ref(&cfg.source.publication),
         )
         .await
-        .map_err(|e: PgError| PipelineError::Pg(e))?;
+        .map_err(|e| explain(guard, e))?;
+    // The slot is ours now: nobody else can move it, so its position is final.
+    let start = catalog::slot_info(&catalog_client, &cfg.slot)
+        .await?
+        .and_then(|i| i.confirmed_flush_lsn)
+        .unwrap_or(Lsn::INVALID);
+    let checkpoint = guard.after_start(&identity, start)?;
+    drop(catalog_client);
     let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
     tracing::info!(
         slot = %cfg.slot,
@@ -260,11 +302,29 @@ async fn session(
         publication = %cfg.source.publication,
         "relaying outbox to kafka"
     );
-    Ok(
-        Session::new(&cfg.pipeline, sink, stream, generation, metrics.clone())
-            .run(shutdown.clone())
-            .await?,
+    Session::new(
+        &cfg.pipeline,
+        sink,
+        stream,
+        generation,
+        metrics.clone(),
+        checkpoint,
     )
+    .run(shutdown.clone())
+    .await
+    .map_err(|e| match e {
+        PipelineError::Pg(pg) => explain(guard, pg),
+        other => other.into(),
+    })
+}
+
+/// A server error as a slot-safety finding when it is one (a lost slot, a missing
+/// publication), else as the replication error it is.
+fn explain(guard: &SlotGuard, err: PgError) -> RunError {
+    match guard.explain(&err) {
+        Some(finding) => finding.into(),
+        None => PipelineError::Pg(err).into(),
+    }
 }
 
 /// Exponential back-off from 250 ms up to a cap.

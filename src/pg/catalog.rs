@@ -312,15 +312,7 @@ pub async fn ensure_publication(
             });
         }
     }
-    let exists = client
-        .query_opt(
-            "SELECT 1 FROM pg_publication WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(query_err(format!("looking up publication {publication}")))?
-        .is_some();
-    if exists {
+    if publication_exists(client, publication).await? {
         let rows = client
             .query(
                 "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1",
@@ -373,6 +365,18 @@ pub async fn ensure_publication(
         }
         Err(e) => Err(query_err(format!("creating publication {publication}"))(e)),
     }
+}
+
+/// Whether publication `publication` exists.
+pub async fn publication_exists(client: &Client, publication: &str) -> Result<bool, CatalogError> {
+    Ok(client
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query_err(format!("looking up publication {publication}")))?
+        .is_some())
 }
 
 /// The least-privilege setup a DBA runs for a dedicated pgoutbox role, one statement

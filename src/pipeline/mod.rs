@@ -4,19 +4,24 @@
 //! ```text
 //!  ReplicationStream ─▶ Decoder ─▶ OutboxTables/ColumnMapping ─▶ KafkaRecord ─▶ KafkaSink
 //!        ▲                                                                        │
-//!        └── confirm(low-water) ◀── AckTracker (per transaction) ◀── Delivery ────┘
+//!        └── confirm ◀── persist ◀── AckTracker (per transaction) ◀── Delivery ────┘
+//!             (100 ms status tick, and at session end)
 //! ```
 //!
 //! One `biased` select with explicit priorities:
 //! 1. shutdown — stop reading WAL and drain what is in flight;
 //! 2. delivery reports — they free window space and move the low-water mark;
-//! 3. the status timer — push the confirmed LSN to the server, retry a record that
-//!    met a full producer queue, enforce the drain deadline;
+//! 3. the status timer — persist the confirmable LSN to the state file, then push it
+//!    to the server; retry a record that met a full producer queue; enforce the drain
+//!    deadline;
 //! 4. new WAL — only while under the in-flight caps and with no record waiting.
 //!
 //! Invariants: records are produced in WAL order; the confirmed LSN is only ever the
 //! tracker's contiguous low-water mark (or a keepalive's WAL end while nothing at
-//! all is in flight) and never moves backwards; any delivery failure ends the
+//! all is in flight) and never moves backwards; an LSN reaches the server only after
+//! [`Checkpoint::persist`] put it on disk, and only from `report_status` or the end
+//! of `run` (acks, commits and keepalives merely move the tracker), so after any
+//! crash the slot is never ahead of the state file; any delivery failure ends the
 //! session without confirming past the failed record; memory is bounded by the
 //! in-flight caps, not by transaction size or backlog.
 
@@ -40,6 +45,7 @@ use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
 use crate::pg::replication::ReplicationStream;
+use crate::state::{Checkpoint, StateError};
 use latency::LatencyHistogram;
 use tracker::{AckTracker, UnknownTxn};
 
@@ -114,6 +120,9 @@ pub enum PipelineError {
     /// Internal accounting error (a bug).
     #[error("delivery accounting: {0}")]
     Tracker(#[from] UnknownTxn),
+    /// The confirmed LSN could not be persisted, so it is not confirmed.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 impl PipelineError {
@@ -207,18 +216,22 @@ pub struct Session<'a> {
     txn: Option<Txn>,
     pending: Option<Pending>,
     stats: SessionStats,
+    /// Persists an LSN before it may be confirmed.
+    checkpoint: Checkpoint,
     reported: Lsn,
 }
 
 impl<'a> Session<'a> {
     /// A session over a started stream. `generation` must differ from the previous
-    /// session's so stale delivery reports are told apart.
+    /// session's so stale delivery reports are told apart; `checkpoint` persists
+    /// every LSN before it is confirmed.
     pub fn new(
         cfg: &'a PipelineConfig,
         sink: &'a mut KafkaSink,
         stream: ReplicationStream,
         generation: u16,
         metrics: Arc<Metrics>,
+        checkpoint: Checkpoint,
     ) -> Self {
         metrics.set_replication_connected(true);
         Self {
@@ -234,6 +247,7 @@ impl<'a> Session<'a> {
             txn: None,
             pending: None,
             stats: SessionStats::default(),
+            checkpoint,
             reported: Lsn::INVALID,
         }
     }
@@ -242,9 +256,15 @@ impl<'a> Session<'a> {
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
         let result = self.run_loop(shutdown).await;
         self.metrics.set_replication_connected(false);
-        // Whatever happened, tell the server what is safely delivered.
-        self.stats.confirmed = self.tracker.confirmed();
-        self.stream.confirm(self.tracker.confirmed());
+        // Whatever happened, tell the server what is safely delivered (once on disk).
+        let confirmed = self.tracker.confirmed();
+        match self.checkpoint.persist(confirmed).await {
+            Ok(()) => {
+                self.stats.confirmed = confirmed;
+                self.stream.confirm(confirmed);
+            }
+            Err(err) => tracing::error!(error = %err, lsn = %confirmed, "not confirming"),
+        }
         if let Err(err) = self.stream.close().await {
             tracing::debug!(error = %err, "closing replication stream");
         }
@@ -297,7 +317,7 @@ impl<'a> Session<'a> {
                     }
                 }
                 Step::Tick => {
-                    self.report_status();
+                    self.report_status().await?;
                     if drain_deadline.is_none() {
                         self.retry_pending()?;
                     }
@@ -351,7 +371,9 @@ impl<'a> Session<'a> {
             && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes
     }
 
-    fn report_status(&mut self) {
+    /// The one place an LSN goes to the server during a session: persist it, then
+    /// confirm it. At most once per tick, and only when it moved.
+    async fn report_status(&mut self) -> Result<(), PipelineError> {
         let confirmed = self.tracker.confirmed();
         self.metrics.set_in_flight(
             self.tracker.in_flight_records(),
@@ -360,10 +382,12 @@ impl<'a> Session<'a> {
         self.metrics
             .set_slot(confirmed.0, self.server_wal_end.bytes_since(confirmed));
         if confirmed > self.reported {
+            self.checkpoint.persist(confirmed).await?;
             self.stream.confirm(confirmed);
             self.stream.send_status_now();
             self.reported = confirmed;
         }
+        Ok(())
     }
 
     fn on_delivery(&mut self, delivery: Delivery) -> Result<(), PipelineError> {
@@ -398,18 +422,14 @@ impl<'a> Session<'a> {
                 reason: format!("{} (record of {} bytes)", err.reason, delivery.size),
             };
             self.on_invalid(invalid, record, txn, Origin::default())?;
-            if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
-                self.stream.confirm(lsn);
-            }
+            self.tracker.acked(txn, delivery.size)?;
             return Ok(());
         }
         self.stats.acked += 1;
         let latency = crate::pg::timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
         self.stats.latency.record_micros(latency);
         self.metrics.observe_latency_micros(latency);
-        if let Some(lsn) = self.tracker.acked(txn, delivery.size)? {
-            self.stream.confirm(lsn);
-        }
+        self.tracker.acked(txn, delivery.size)?;
         Ok(())
     }
 
@@ -517,9 +537,7 @@ impl<'a> Session<'a> {
                 // WAL end holds no undelivered outbox row. Confirming it keeps an idle
                 // outbox on a busy database from pinning WAL.
                 if self.txn.is_none() {
-                    if let Some(lsn) = self.tracker.confirm_idle(wal_end) {
-                        self.stream.confirm(lsn);
-                    }
+                    self.tracker.confirm_idle(wal_end);
                 }
                 Ok(())
             }
@@ -541,9 +559,7 @@ impl<'a> Session<'a> {
             }
             PgOutputMessage::Commit(commit) => {
                 if let Some(txn) = self.txn.take() {
-                    if let Some(confirmed) = self.tracker.commit(txn.no, commit.end_lsn)? {
-                        self.stream.confirm(confirmed);
-                    }
+                    self.tracker.commit(txn.no, commit.end_lsn)?;
                 }
             }
             PgOutputMessage::Relation(relation) => {

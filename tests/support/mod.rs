@@ -395,6 +395,25 @@ pub fn on_exit(cleanup: &str) {
     assert!(status.success(), "watchdog shell failed");
 }
 
+/// A fresh directory removed when this test process exits.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let out = Command::new("mktemp")
+        .args(["-d", &format!("/tmp/pgoutbox-test-{tag}.XXXXXX")])
+        .output()
+        .expect("mktemp");
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(dir.is_dir(), "mktemp -d gave {}", dir.display());
+    on_exit(&format!("rm -rf {}", dir.display()));
+    dir
+}
+
+/// The XDG_STATE_HOME of every `pgoutbox` this test process starts (the default
+/// `--state-dir` is `$XDG_STATE_HOME/pgoutbox`).
+pub fn state_home() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| temp_dir("state-home"))
+}
+
 /// A running `pgoutbox` process whose stdout lines are collected by a thread.
 pub struct Pgoutbox {
     pub child: Child,
@@ -424,6 +443,10 @@ impl Pgoutbox {
             }
         }
         cmd.env("HOME", "/nonexistent"); // no ~/.pgpass of the machine running the tests
+                                         // State files of `run` go to a directory of this test process, not the
+                                         // machine's, and never meet those of an earlier run.
+        cmd.env_remove("STATE_DIRECTORY");
+        cmd.env("XDG_STATE_HOME", state_home());
         for (k, v) in env {
             cmd.env(k, v);
         }
