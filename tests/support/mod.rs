@@ -16,6 +16,7 @@
 pub mod kafka;
 pub mod proxy;
 pub mod verify;
+pub mod workload;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -299,6 +300,24 @@ host replication all 127.0.0.1/32 trust
                 .arg("-D")
                 .arg(&self.datadir)
                 .args(["-w", "-m", mode, "stop"]),
+        );
+    }
+
+    /// Start the server again after [`PgCluster::stop`] (same data directory, port
+    /// and log file); returns once it accepts connections (crash recovery included).
+    pub fn start_again(&self) {
+        let log = self
+            .datadir
+            .parent()
+            .expect("the data directory lives in the cluster's directory")
+            .join("postgres.log");
+        run_ok(
+            as_postgres(&self.bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&self.datadir)
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", "120", "start"]),
         );
     }
 }
