@@ -293,13 +293,14 @@ host replication all 127.0.0.1/32 trust
         }
     }
 
-    /// Stop the server (`mode`: smart, fast, immediate).
+    /// Stop the server (`mode`: smart, fast, immediate). A smart or fast shutdown
+    /// also waits for logical walsenders until their client confirmed everything.
     pub fn stop(&self, mode: &str) {
         run_ok(
             as_postgres(&self.bindir.join("pg_ctl"))
                 .arg("-D")
                 .arg(&self.datadir)
-                .args(["-w", "-m", mode, "stop"]),
+                .args(["-w", "-t", "120", "-m", mode, "stop"]),
         );
     }
 
