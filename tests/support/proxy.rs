@@ -43,7 +43,14 @@ impl Proxy {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
                 {
+                    // Check the flag again under the lock `down` drains with: a
+                    // connection accepted while it ran must not escape the cut.
                     let mut live = live2.lock().unwrap();
+                    if down2.load(Ordering::SeqCst) {
+                        let _ = client.shutdown(Shutdown::Both);
+                        let _ = server.shutdown(Shutdown::Both);
+                        continue;
+                    }
                     live.push(client.try_clone().unwrap());
                     live.push(server.try_clone().unwrap());
                 }
@@ -56,8 +63,9 @@ impl Proxy {
 
     /// Cut every connection and refuse new ones.
     pub fn down(&self) {
+        let mut live = self.live.lock().unwrap();
         self.down.store(true, Ordering::SeqCst);
-        for s in self.live.lock().unwrap().drain(..) {
+        for s in live.drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
