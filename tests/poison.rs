@@ -189,22 +189,9 @@ fn ids(records: &[Consumed]) -> Vec<String> {
     records.iter().map(Consumed::id).collect()
 }
 
-/// GET /metrics from the relay (address from its startup log).
+/// GET /metrics from the relay.
 fn metrics(relay: &Pgoutbox) -> String {
-    use std::io::{Read, Write};
-    let stderr = relay.stderr();
-    let addr = stderr
-        .lines()
-        .find(|l| l.contains("serving /metrics"))
-        .and_then(|l| l.split("addr=").nth(1))
-        .and_then(|a| a.split_whitespace().next())
-        .expect("the relay logs its metrics address")
-        .to_owned();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    support::workload::http_get(relay, "/metrics")
 }
 
 fn counter(metrics: &str, cause: &str, action: &str) -> u64 {

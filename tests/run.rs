@@ -10,120 +10,10 @@ use std::time::{Duration, Instant};
 
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};
-use support::{wait_for, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
-
-fn uuid(rng: &mut Rng) -> String {
-    let (a, b) = (rng.next_u64(), rng.next_u64());
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xfff,
-        b >> 52,
-        b & 0xffff_ffff_ffff
-    )
-}
-
-/// Start `pgoutbox run` for `db` (slot and topic prefix named after the database)
-/// and wait until it streams.
-fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
-    let url = db.url();
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let mut args = vec![
-        "run",
-        "--database-url",
-        &url,
-        "--brokers",
-        broker,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let relay = Pgoutbox::spawn(&args);
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
-    relay
-}
-
-fn topics(db: &TestDb<'_>, types: &[&str]) -> Vec<String> {
-    types.iter().map(|t| format!("{}.{t}", db.name)).collect()
-}
-
-fn slot_lsn(db: &TestDb<'_>, column: &str) -> u64 {
-    let text = db.psql(&format!(
-        "SELECT {column} - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
-        db.name
-    ));
-    text.parse::<f64>().unwrap_or(0.0) as u64
-}
-
-fn current_lsn(db: &TestDb<'_>) -> u64 {
-    db.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .parse::<f64>()
-        .unwrap() as u64
-}
-
-/// The shape of a write load: aggregate types, number of distinct keys,
-/// transaction size 1..=max_rows, and whether rollbacks are mixed in.
-struct Workload<'a> {
-    types: &'a [&'a str],
-    keys: u64,
-    max_rows: u64,
-    rollbacks: bool,
-}
-
-/// Insert `n` events following `w`, recording the committed ones in `ledger`.
-async fn write_events(
-    client: &tokio_postgres::Client,
-    rng: &mut Rng,
-    ledger: &mut Ledger,
-    w: &Workload<'_>,
-    n: usize,
-) {
-    let (types, keys, max_rows, with_rollbacks) = (w.types, w.keys, w.max_rows, w.rollbacks);
-    let mut written = 0;
-    while written < n {
-        let rows = (rng.range(1, max_rows) as usize).min(n - written);
-        let mut sql = String::from("BEGIN;");
-        let mut batch = Vec::new();
-        for _ in 0..rows {
-            let id = uuid(rng);
-            let key = format!("key-{}", rng.range(0, keys - 1));
-            let t = types[rng.range(0, types.len() as u64 - 1) as usize];
-            sql.push_str(&format!(
-                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES \
-                 ('{id}', '{t}', '{key}', 'Happened', '{{\"n\": {written}, \"key\": \"{key}\"}}');"
-            ));
-            batch.push((id, key));
-            written += 1;
-            if with_rollbacks && rng.range(0, 19) == 0 {
-                sql.push_str(&format!(
-                    "SAVEPOINT s; INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                     VALUES ('{}', '{t}', 'ghost', 'RolledBack', '{{}}'); ROLLBACK TO SAVEPOINT s;",
-                    uuid(rng)
-                ));
-            }
-        }
-        sql.push_str("COMMIT;");
-        client.batch_execute(&sql).await.unwrap();
-        for (id, key) in batch {
-            ledger.push(id, key);
-        }
-        if with_rollbacks && rng.range(0, 9) == 0 {
-            client
-                .batch_execute(&format!(
-                    "BEGIN; INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
-                     VALUES ('{}', 'order', 'ghost', 'RolledBack', '{{}}'); ROLLBACK;",
-                    uuid(rng)
-                ))
-                .await
-                .unwrap();
-        }
-    }
-}
+use support::workload::{
+    current_lsn, http_get, slot_lsn, start_run, topics, write_events, Workload,
+};
+use support::{wait_for, PgCluster, Rng, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_events_arrive_exactly_once_with_contract_fields() {
@@ -443,52 +333,6 @@ async fn two_hundred_thousand_row_transaction_with_flat_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn second_relay_stands_by_and_takes_over() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared();
-    let mut first = start_run(&db, &broker.addr(), &[]);
-    let url = db.url();
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let addr = broker.addr();
-    let second = Pgoutbox::spawn(&[
-        "run",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--database-url",
-        &url,
-        "--brokers",
-        &addr,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-    ]);
-    second.wait_stderr("standing by", WAIT);
-    first.signal("KILL");
-    first.wait_exit(WAIT);
-    second.wait_stderr("relaying outbox to kafka", WAIT);
-    let client = db.client().await;
-    let mut rng = Rng::new(3);
-    let mut ledger = Ledger::default();
-    write_events(
-        &client,
-        &mut rng,
-        &mut ledger,
-        &Workload {
-            types: &["order"],
-            keys: 3,
-            max_rows: 5,
-            rollbacks: false,
-        },
-        20,
-    )
-    .await;
-    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
-    reader.read_until("20 records via the standby", WAIT, |r| r.len() >= 20);
-    verify(&ledger, &reader.records).assert_no_loss();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_timestamp_is_created_at_whatever_the_server_datestyle_and_zone() {
     let db = PgCluster::shared().fresh_db();
     db.psql(&format!(
@@ -504,23 +348,6 @@ async fn record_timestamp_is_created_at_whatever_the_server_datestyle_and_zone()
     let mut reader = Reader::new(&broker.addr(), &topics(&db, &["ts"]));
     reader.read_until("the record", WAIT, |r| !r.is_empty());
     assert_eq!(reader.records[0].timestamp, Some(1_772_368_496_789));
-}
-
-/// GET `path` from the relay's HTTP endpoint (address taken from its startup log).
-fn http_get(relay: &Pgoutbox, path: &str) -> String {
-    use std::io::{Read, Write};
-    let stderr = relay.stderr();
-    let addr = stderr
-        .lines()
-        .find(|l| l.contains("serving /metrics"))
-        .and_then(|l| l.split("addr=").nth(1))
-        .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-        .expect("the relay logs its metrics address");
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

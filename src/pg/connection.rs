@@ -127,7 +127,8 @@ pub enum PgError {
     /// Connect and authentication took longer than `connect_timeout`.
     #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
     Timeout { target: String, after: Duration },
-    /// The server ended the replication stream (CopyDone).
+    /// The server ended the replication stream (CopyDone, or CommandComplete when the
+    /// walsender exits at server shutdown).
     #[error("server ended the replication stream")]
     StreamEnded,
     /// The replication connection went silent and is given up (the path may be

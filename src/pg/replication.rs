@@ -540,6 +540,10 @@ impl StreamTask {
             let message = match backend {
                 Backend::Message(Message::CopyData(body)) => parse_copy_data(body.into_bytes())?,
                 Backend::Message(Message::CopyDone) => return Err(PgError::StreamEnded),
+                // At server shutdown (smart/fast), once the client confirmed all it was
+                // sent, the walsender ends the stream with CommandComplete "COPY 0" and
+                // no CopyDone (walsender.c, WalSndDone), then exits: resume later.
+                Backend::Message(Message::CommandComplete(_)) => return Err(PgError::StreamEnded),
                 Backend::Message(Message::ErrorResponse(body)) => {
                     return Err(PgError::Db(crate::pg::connection::DbError::from_fields(
                         body.fields(),

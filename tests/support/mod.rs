@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod sasl_gate;
 pub mod tls;
 pub mod verify;
+pub mod workload;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -294,13 +295,32 @@ host replication all 127.0.0.1/32 trust
         }
     }
 
-    /// Stop the server (`mode`: smart, fast, immediate).
+    /// Stop the server (`mode`: smart, fast, immediate). A smart or fast shutdown
+    /// also waits for logical walsenders until their client confirmed everything.
     pub fn stop(&self, mode: &str) {
         run_ok(
             as_postgres(&self.bindir.join("pg_ctl"))
                 .arg("-D")
                 .arg(&self.datadir)
-                .args(["-w", "-m", mode, "stop"]),
+                .args(["-w", "-t", "120", "-m", mode, "stop"]),
+        );
+    }
+
+    /// Start the server again after [`PgCluster::stop`] (same data directory, port
+    /// and log file); returns once it accepts connections (crash recovery included).
+    pub fn start_again(&self) {
+        let log = self
+            .datadir
+            .parent()
+            .expect("the data directory lives in the cluster's directory")
+            .join("postgres.log");
+        run_ok(
+            as_postgres(&self.bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&self.datadir)
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", "120", "start"]),
         );
     }
 }

@@ -113,7 +113,14 @@ impl Proxy {
                     aborted: AtomicBool::new(false),
                 });
                 {
+                    // Check the flag again under the lock `down` drains with: a
+                    // connection accepted while it ran must not escape the cut.
                     let mut live = live2.lock().unwrap();
+                    if faults2.down.load(Ordering::SeqCst) {
+                        let _ = conn.client.shutdown(Shutdown::Both);
+                        let _ = conn.server.shutdown(Shutdown::Both);
+                        continue;
+                    }
                     live.retain(|c| c.strong_count() > 0);
                     live.push(Arc::downgrade(&conn));
                 }
@@ -132,8 +139,15 @@ impl Proxy {
 
     /// Cut every connection (FIN both ways) and refuse new ones.
     pub fn down(&self) {
-        self.faults.down.store(true, Ordering::SeqCst);
-        for conn in self.live() {
+        // Set the flag under the lock the accept loop registers with, so a
+        // connection accepted meanwhile is either cut here or refused there.
+        let conns = {
+            let mut live = self.live.lock().unwrap();
+            self.faults.down.store(true, Ordering::SeqCst);
+            live.retain(|c| c.strong_count() > 0);
+            live.iter().filter_map(Weak::upgrade).collect::<Vec<_>>()
+        };
+        for conn in conns {
             let _ = conn.client.shutdown(Shutdown::Both);
             let _ = conn.server.shutdown(Shutdown::Both);
         }
