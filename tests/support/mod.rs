@@ -122,7 +122,6 @@ pub struct PgCluster {
     pub port: u16,
     pub datadir: PathBuf,
     pub bindir: PathBuf,
-    counter: AtomicU32,
 }
 
 impl PgCluster {
@@ -218,7 +217,6 @@ host replication all 127.0.0.1/32 trust
             port,
             datadir,
             bindir,
-            counter: AtomicU32::new(0),
         };
         cluster.psql(
             "postgres",
@@ -282,7 +280,12 @@ host replication all 127.0.0.1/32 trust
 
     /// A fresh, empty database with the default outbox table.
     pub fn fresh_db(&self) -> TestDb<'_> {
-        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        // Unique across every cluster of this test process, not per cluster: the
+        // relay's state file is named after database and slot, so two clusters
+        // handing out the same name would look like one database that moved to
+        // another cluster (and slot safety rightly refuses to go on).
+        static DATABASES: AtomicU32 = AtomicU32::new(0);
+        let n = DATABASES.fetch_add(1, Ordering::SeqCst);
         let name = format!("t{}_{n}", std::process::id());
         self.psql("postgres", &format!("CREATE DATABASE {name}"));
         let outbox =
