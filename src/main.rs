@@ -30,7 +30,11 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread for all async work: the relay's tasks (replication stream, the
+    // relay loop, HTTP) hand messages to each other constantly, and on one thread a
+    // hand-off is a queue push instead of a cross-thread wake-up (futex + context
+    // switch). librdkafka runs its own threads; blocking calls use spawn_blocking.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
