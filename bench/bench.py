@@ -358,7 +358,9 @@ class Bench:
     def start_relay(self, slot):
         t_spawn = time.time()
         p = self.spawn([self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
-                        "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off"],
+                        "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off",
+                        # each bench run is a new cluster: keep slot-safety state with it
+                        "--state-dir", os.path.join(self.dir, "relay-state")],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
         lines = Lines(p.stderr)

@@ -13,6 +13,7 @@ stop() {
   [ -f "$state.relay.pid" ] && kill -TERM "$(cat "$state.relay.pid")" 2>/dev/null || true
   [ -f "$state.tansu.pid" ] && kill -KILL "$(cat "$state.tansu.pid")" 2>/dev/null || true
   rm -f "$state.relay.pid" "$state.tansu.pid"
+  rm -rf "$state.relay-state"
   scripts/dev-postgres.sh stop
 }
 if [ "${1:-}" = stop ]; then stop; echo "stopped"; exit 0; fi
@@ -41,7 +42,9 @@ echo "    $brokers"
 
 echo "==> pgoutbox run --brokers $brokers"
 [ -f "$state.relay.pid" ] && kill -TERM "$(cat "$state.relay.pid")" 2>/dev/null && sleep 1
-"$bin" run --database-url "$url" --brokers "$brokers" >"$state.relay.log" 2>&1 &
+# The relay's state file (slot safety) lives with the throw-away cluster: a later
+# quickstart makes a new cluster, which must not look like "the database moved".
+"$bin" run --database-url "$url" --brokers "$brokers" --state-dir "$state.relay-state" >"$state.relay.log" 2>&1 &
 echo $! > "$state.relay.pid"
 for _ in $(seq 1 600); do grep -q "relaying outbox to kafka" "$state.relay.log" && break; sleep 0.1; done
 grep -q "relaying outbox to kafka" "$state.relay.log" || { cat "$state.relay.log" >&2; exit 1; }
