@@ -548,22 +548,9 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
     assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
 }
 
-/// The relay's `/metrics` text (address from its startup log).
+/// The relay's `/metrics` text.
 fn metrics(relay: &Pgoutbox) -> String {
-    use std::io::{Read, Write};
-    let addr = support::wait_for("the relay's metrics address", WAIT, || {
-        relay
-            .stderr()
-            .lines()
-            .find(|l| l.contains("serving /metrics"))
-            .and_then(|l| l.split("addr=").nth(1))
-            .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-    });
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    support::workload::http_get(relay, "/metrics")
 }
 
 /// With every ack 300 ms away the relay's in-flight cap is what bounds the work

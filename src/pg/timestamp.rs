@@ -113,6 +113,14 @@ fn parse_iso_fast(b: &[u8]) -> Option<i64> {
         }
         Some(_) => return None,
     };
+    to_unix_millis([year, month, day, hour, minute, sec], millis, offset_secs)
+}
+
+/// Milliseconds since the Unix epoch of a civil date and time at a UTC offset;
+/// `None` when a field is out of range (24:00 and leap second 60 are accepted, as
+/// PostgreSQL prints them).
+fn to_unix_millis(fields: [i64; 6], millis: i64, offset_secs: i64) -> Option<i64> {
+    let [year, month, day, hour, minute, sec] = fields;
     if !(1..=12).contains(&month)
         || !(1..=31).contains(&day)
         || hour > 24
@@ -123,7 +131,7 @@ fn parse_iso_fast(b: &[u8]) -> Option<i64> {
     }
     let secs =
         days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + sec - offset_secs;
-    Some(secs * 1000 + millis)
+    secs.checked_mul(1000)?.checked_add(millis)
 }
 
 /// Parse PostgreSQL's ISO text output of `timestamptz` / `timestamp`
@@ -165,17 +173,11 @@ pub fn parse_timestamptz_millis(text: &str) -> Option<i64> {
         let s = z.next().map(num).unwrap_or(Some(0))?;
         sign * (h * 3600 + m * 60 + s)
     };
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 24
-        || minute > 59
-        || sec > 60
-    {
-        return None;
-    }
-    let secs =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + sec - offset_secs;
-    secs.checked_mul(1000)?.checked_add(millis_frac)
+    to_unix_millis(
+        [year, month, day, hour, minute, sec],
+        millis_frac,
+        offset_secs,
+    )
 }
 
 #[cfg(test)]

@@ -499,27 +499,20 @@ impl<'a> Session<'a> {
                 lsn: origin.lsn.unwrap_or_else(|| "an unknown LSN".into()),
                 fix: fix_for(invalid.cause),
             }))),
-            Action::Skip => {
+            Action::Skip | Action::Dlq => {
                 tracing::warn!(
                     cause = invalid.cause.name(),
                     reason = %invalid.reason,
                     event_id,
                     table = origin.table.as_deref().unwrap_or(""),
                     lsn = origin.lsn.as_deref().unwrap_or(""),
-                    "skipping poison row (--on-invalid skip)"
+                    action = action.name(),
+                    "poison row: {} (--on-invalid)",
+                    if action == Action::Skip { "skipping" } else { "dead-lettering" }
                 );
-                Ok(())
-            }
-            Action::Dlq => {
-                tracing::warn!(
-                    cause = invalid.cause.name(),
-                    reason = %invalid.reason,
-                    event_id,
-                    table = origin.table.as_deref().unwrap_or(""),
-                    lsn = origin.lsn.as_deref().unwrap_or(""),
-                    dlq_topic = %self.cfg.invalid.dlq_topic,
-                    "dead-lettering poison row (--on-invalid dlq)"
-                );
+                if action == Action::Skip {
+                    return Ok(());
+                }
                 let letter =
                     invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
                 self.send(letter, txn, origin)
