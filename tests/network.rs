@@ -19,6 +19,8 @@
 
 mod support;
 
+use support::workload::uuid;
+
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,18 +125,6 @@ fn wait_confirmed(db: &TestDb<'_>, lsn: u64, relay: &Pgoutbox, timeout: Duration
         relay.stderr()
     );
     start.elapsed()
-}
-
-fn uuid(rng: &mut Rng) -> String {
-    let (a, b) = (rng.next_u64(), rng.next_u64());
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xfff,
-        b >> 52,
-        b & 0xffff_ffff_ffff
-    )
 }
 
 /// Continuous writes on a thread of their own, straight to PostgreSQL (never
