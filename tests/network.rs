@@ -19,8 +19,6 @@
 
 mod support;
 
-use support::workload::uuid;
-
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +28,7 @@ use std::time::{Duration, Instant};
 use support::kafka::{Broker, Reader};
 use support::proxy::Proxy;
 use support::verify::{verify, Ledger, Verdict};
+use support::workload::uuid;
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// The server's `wal_sender_timeout` in the private cluster.
