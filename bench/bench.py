@@ -36,6 +36,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -359,8 +360,10 @@ class Bench:
         t_spawn = time.time()
         p = self.spawn([self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
                         "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off",
-                        # each bench run is a new cluster: keep slot-safety state with it
-                        "--state-dir", os.path.join(self.dir, "relay-state")],
+                        # every drain starts on a freshly created slot (same name across
+                        # repetitions): slot safety would rightly call that a re-created
+                        # slot, so each relay run gets a state dir of its own
+                        "--state-dir", tempfile.mkdtemp(prefix="relay-state-", dir=self.dir)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
         lines = Lines(p.stderr)
