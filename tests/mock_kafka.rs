@@ -443,25 +443,7 @@ async fn invalid_producer_epoch_fails_records_transiently_and_the_producer_goes_
 /// `pgoutbox run` for `db` against `mock` (slot and topic prefix named after the
 /// database), plus `extra`; waits until it streams.
 fn spawn_relay(db: &support::TestDb<'_>, mock: &Mock, extra: &[&str]) -> Pgoutbox {
-    let (url, bootstrap) = (db.url(), mock.bootstrap_servers());
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let mut args = vec![
-        "run",
-        "--database-url",
-        &url,
-        "--brokers",
-        &bootstrap,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let relay = Pgoutbox::spawn(&args);
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
-    relay
+    support::workload::start_run(db, &mock.bootstrap_servers(), extra)
 }
 
 /// One statement per event (so one transaction each) for events `ns`, keyed

@@ -60,22 +60,8 @@ fn start_relay(db: &TestDb<'_>, pg_port: u16, broker: &str, extra: &[&str]) -> P
         "postgres://postgres@127.0.0.1:{pg_port}/{}?sslmode=disable",
         db.name
     );
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let mut args = vec![
-        "run",
-        "--database-url",
-        &url,
-        "--brokers",
-        broker,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let relay = Pgoutbox::spawn(&args);
+    let args = support::workload::run_args_via(db, &url, broker, extra);
+    let relay = Pgoutbox::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>());
     relay.wait_stderr("relaying outbox to kafka", WAIT);
     relay
 }

@@ -157,32 +157,12 @@ fn setup(db: &TestDb<'_>) {
 }
 
 fn start(db: &TestDb<'_>, broker: &Broker, policy: &[&str]) -> Pgoutbox {
-    let (url, brokers) = (db.url(), broker.addr());
-    let template = format!("{}.${{routedByValue}}", db.name);
     let dlq = format!("{}.dlq", db.name);
-    let mut args = vec![
-        "run",
-        "--database-url",
-        &url,
-        "--table",
-        "public.poison_outbox",
-        "--brokers",
-        &brokers,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-        "--dlq-topic",
-        &dlq,
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
+    let mut extra = vec!["--table", "public.poison_outbox", "--dlq-topic", &dlq];
     for p in policy {
-        args.extend(["--on-invalid", p]);
+        extra.extend(["--on-invalid", p]);
     }
-    let relay = Pgoutbox::spawn(&args);
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
-    relay
+    support::workload::start_run(db, &broker.addr(), &extra)
 }
 
 fn ids(records: &[Consumed]) -> Vec<String> {

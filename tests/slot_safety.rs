@@ -37,28 +37,13 @@ fn small_wal_cluster() -> &'static PgCluster {
     })
 }
 
-/// `run` arguments for `db` (slot and topic prefix named after the database).
+/// `run` arguments for `db` (slot and topic prefix named after the database),
+/// keeping the state file in `state`.
 fn run_args(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "run",
-        "--database-url",
-        &db.url(),
-        "--brokers",
-        broker,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &format!("{}.${{routedByValue}}", db.name),
-        "--http-addr",
-        "off",
-        "--state-dir",
-        &state.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+    let state = state.display().to_string();
+    let mut with_state = vec!["--state-dir", &state];
+    with_state.extend_from_slice(extra);
+    support::workload::run_args(db, broker, &with_state)
 }
 
 fn spawn(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {

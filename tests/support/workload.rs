@@ -37,10 +37,15 @@ pub fn uuid(rng: &mut Rng) -> String {
 /// The `pgoutbox run` arguments for `db` (slot and topic prefix named after the
 /// database), plus `extra`.
 pub fn run_args(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Vec<String> {
+    run_args_via(db, &db.url(), broker, extra)
+}
+
+/// [`run_args`] reaching PostgreSQL at `url` (e.g. through a test proxy).
+pub fn run_args_via(db: &TestDb<'_>, url: &str, broker: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "run",
         "--database-url",
-        &db.url(),
+        url,
         "--brokers",
         broker,
         "--slot",
