@@ -121,12 +121,9 @@ impl Notes {
     }
 }
 
-/// Whether a key's value must not be shown.
+/// Whether a key's value must not be shown (the relay's one rule for credentials).
 pub(super) fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    ["password", "secret", "jaas", "token", "credential"]
-        .iter()
-        .any(|word| key.contains(word))
+    crate::kafka::config::is_secret(key)
 }
 
 /// Whether a value is a Kafka Connect config-provider reference such as

@@ -78,12 +78,14 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "none"),
 ];
 
-/// Whether the value of librdkafka property `key` is a credential: passwords and
-/// passphrases, secrets, tokens, JAAS/OAUTHBEARER configuration, inline private keys.
+/// Whether the value of configuration key `key` (librdkafka's, or a Kafka Connect /
+/// Debezium one) is a credential: passwords and passphrases, secrets, tokens,
+/// credentials, JAAS/OAUTHBEARER configuration, inline private keys.
 pub fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    key.ends_with("password")
+    key.contains("password")
         || key.contains("passphrase")
+        || key.contains("credential")
         || key.contains("secret")
         || key.contains("token")
         || key.contains("jaas")
