@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use crate::cli::{OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat};
+use crate::cli::{
+    OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+};
 use crate::config_file::TableOverrides;
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
@@ -16,10 +18,13 @@ use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
+use crate::pg::source::SourceConfig;
 use crate::pipeline::{OnUpdate, PipelineConfig};
 use crate::run::RunConfig;
 use crate::safety::SafetyConfig;
 use crate::secret::Secret;
+use crate::state;
+use crate::tail::{TailConfig, TailFormat};
 
 /// A configuration error, reported before anything connects.
 #[derive(Debug, thiserror::Error)]
@@ -67,18 +72,8 @@ pub enum ConfigError {
     StateDir(#[from] crate::state::StateError),
 }
 
-/// Where the outbox lives.
-#[derive(Debug, Clone)]
-pub struct SourceConfig {
-    /// Connection parameters (password redacted in Debug).
-    pub conninfo: ConnInfo,
-    /// Publication name.
-    pub publication: String,
-    /// Outbox tables, deduplicated, in the order given.
-    pub tables: Vec<TableName>,
-}
-
-/// How rows become records.
+/// How rows become records: the global column mapping and topic template, and the
+/// config file's per-table overrides.
 #[derive(Debug, Clone)]
 pub struct RoutingConfig {
     /// Column mapping (flags / env / file top level).
@@ -87,21 +82,6 @@ pub struct RoutingConfig {
     pub topic_template: TopicTemplate,
     /// Per-table overrides from the config file's `[tables."schema.name"]`.
     pub overrides: TableOverrides,
-}
-
-/// `pgoutbox tail`.
-#[derive(Debug, Clone)]
-pub struct TailConfig {
-    /// Source.
-    pub source: SourceConfig,
-    /// Routing (to show the topic `run` would use).
-    pub routing: RoutingConfig,
-    /// Output format.
-    pub format: TailFormat,
-    /// Stop after this many events.
-    pub limit: Option<u64>,
-    /// Existing slot to read (never confirmed); `None` = temporary slot.
-    pub slot: Option<String>,
 }
 
 /// Read a secret file: contents trimmed of surrounding whitespace (a trailing newline
@@ -116,33 +96,31 @@ fn read_secret(flag: &'static str, path: &std::path::Path) -> Result<String, Con
         })
 }
 
-impl SourceConfig {
-    /// Validate source arguments.
-    pub fn from_args(args: &SourceArgs) -> Result<Self, ConfigError> {
-        let url = match &args.database_url_file {
-            Some(path) => read_secret("--database-url-file", path)?,
-            None => args.database_url.clone().unwrap_or_default(),
-        };
-        let mut conninfo = ConnInfo::parse(&url).map_err(ConfigError::DatabaseUrl)?;
-        if let Some(path) = &args.database_password_file {
-            conninfo.password = Some(Secret::from(read_secret("--database-password-file", path)?));
-        }
-        let mut tables: Vec<TableName> = Vec::new();
-        for raw in &args.tables {
-            let table = TableName::parse(raw).ok_or_else(|| ConfigError::Table(raw.clone()))?;
-            if !tables.contains(&table) {
-                tables.push(table);
-            }
-        }
-        if tables.is_empty() {
-            return Err(ConfigError::NoTables);
-        }
-        Ok(Self {
-            conninfo,
-            publication: args.publication.clone(),
-            tables,
-        })
+/// Validate source arguments.
+pub fn source(args: &SourceArgs) -> Result<SourceConfig, ConfigError> {
+    let url = match &args.database_url_file {
+        Some(path) => read_secret("--database-url-file", path)?,
+        None => args.database_url.clone().unwrap_or_default(),
+    };
+    let mut conninfo = ConnInfo::parse(&url).map_err(ConfigError::DatabaseUrl)?;
+    if let Some(path) = &args.database_password_file {
+        conninfo.password = Some(Secret::from(read_secret("--database-password-file", path)?));
     }
+    let mut tables: Vec<TableName> = Vec::new();
+    for raw in &args.tables {
+        let table = TableName::parse(raw).ok_or_else(|| ConfigError::Table(raw.clone()))?;
+        if !tables.contains(&table) {
+            tables.push(table);
+        }
+    }
+    if tables.is_empty() {
+        return Err(ConfigError::NoTables);
+    }
+    Ok(SourceConfig {
+        conninfo,
+        publication: args.publication.clone(),
+        tables,
+    })
 }
 
 impl RoutingConfig {
@@ -210,158 +188,157 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
     }
 }
 
-impl TailConfig {
-    /// Validate `tail` arguments.
-    pub fn from_args(args: &TailArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
-        Ok(Self {
-            source: SourceConfig::from_args(&args.source)?,
-            routing: RoutingConfig::from_args(&args.routing, overrides),
-            format: args.format,
-            limit: args.limit,
-            slot: args.slot.as_deref().map(validate_slot).transpose()?,
-        })
-    }
+/// Validate `tail` arguments.
+pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, ConfigError> {
+    let source = source(&args.source)?;
+    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    Ok(TailConfig {
+        tables: routing.specs(&source.tables),
+        source,
+        format: match args.format {
+            TailFormatArg::Json => TailFormat::Json,
+            TailFormatArg::Pretty => TailFormat::Pretty,
+        },
+        limit: args.limit,
+        slot: args.slot.as_deref().map(validate_slot).transpose()?,
+    })
 }
 
-impl RunConfig {
-    /// Validate `run` arguments.
-    pub fn from_args(args: &RunArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
-        let source = SourceConfig::from_args(&args.source)?;
-        let routing = RoutingConfig::from_args(&args.routing, overrides);
-        // Parsing also refuses unsafe options, before anything connects.
-        let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
-        if let Some(path) = &args.kafka_sasl_password_file {
-            let password = read_secret("--kafka-sasl-password-file", path)?;
-            kafka_options.set_secret("sasl.password", Secret::from(password));
-        }
-        let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
-        if brokers.is_empty() {
-            return Err(ConfigError::NoBrokers);
-        }
-        if args.max_in_flight == 0 {
-            return Err(ConfigError::ZeroWindow("max-in-flight"));
-        }
-        if args.max_in_flight_bytes == 0 {
-            return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
-        }
-        let pipeline = PipelineConfig {
-            tables: routing.specs(&source.tables),
-            on_update: match args.on_update {
-                OnUpdateArg::Ignore => OnUpdate::Ignore,
-                OnUpdateArg::Warn => OnUpdate::Warn,
-                OnUpdateArg::Fail => OnUpdate::Fail,
-            },
-            invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
-            max_in_flight_records: args.max_in_flight,
-            max_in_flight_bytes: args.max_in_flight_bytes,
-            drain_timeout: args.drain_timeout,
-            // Short: the slot should follow acks closely, so a crash resends little.
-            status_interval: Duration::from_millis(100),
-        };
-        Ok(Self {
-            source,
-            slot: validate_slot(&args.slot.name)?,
-            brokers,
-            kafka_options,
-            pipeline,
-            max_backoff: Duration::from_secs(5),
-            http_addr: match args.http_addr.trim() {
-                "off" | "" => None,
-                addr => Some(
-                    addr.parse()
-                        .map_err(|_| ConfigError::HttpAddr(addr.to_owned()))?,
-                ),
-            },
-            safety: SafetyConfig {
-                state_dir: crate::safety::state_dir(args.state_dir.as_deref())?,
-                accept_slot_reset: args.accept_slot_reset,
-            },
-        })
+/// Validate `run` arguments.
+pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
+    let source = source(&args.source)?;
+    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    // Parsing also refuses unsafe options, before anything connects.
+    let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
+    if let Some(path) = &args.kafka_sasl_password_file {
+        let password = read_secret("--kafka-sasl-password-file", path)?;
+        kafka_options.set_secret("sasl.password", Secret::from(password));
     }
-}
-
-impl RunConfig {
-    /// The effective configuration as config-file TOML, secrets redacted: the
-    /// database URL without its password, and every secret Kafka option
-    /// ([`crate::kafka::config::is_secret`]).
-    pub fn show_toml(&self) -> String {
-        let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
-        let list = |items: Vec<String>| {
-            format!(
-                "[{}]",
-                items.iter().map(|i| q(i)).collect::<Vec<_>>().join(", ")
-            )
-        };
-        let mut out = String::new();
-        let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
-        line("database_url", q(&self.source.conninfo.redacted()));
-        if self.source.conninfo.password.is_some() {
-            line("# database password", q("[redacted]"));
-        }
-        line("publication", q(&self.source.publication));
-        line("slot", q(&self.slot));
-        line("brokers", q(&self.brokers));
-        let options = self
-            .kafka_options
-            .redacted()
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        line("kafka_option", list(options));
-        line(
-            "table",
-            list(
-                self.pipeline
-                    .tables
-                    .iter()
-                    .map(|t| t.table.to_string())
-                    .collect(),
+    let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
+    if brokers.is_empty() {
+        return Err(ConfigError::NoBrokers);
+    }
+    if args.max_in_flight == 0 {
+        return Err(ConfigError::ZeroWindow("max-in-flight"));
+    }
+    if args.max_in_flight_bytes == 0 {
+        return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
+    }
+    let pipeline = PipelineConfig {
+        tables: routing.specs(&source.tables),
+        on_update: match args.on_update {
+            OnUpdateArg::Ignore => OnUpdate::Ignore,
+            OnUpdateArg::Warn => OnUpdate::Warn,
+            OnUpdateArg::Fail => OnUpdate::Fail,
+        },
+        invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
+        max_in_flight_records: args.max_in_flight,
+        max_in_flight_bytes: args.max_in_flight_bytes,
+        drain_timeout: args.drain_timeout,
+        // Short: the slot should follow acks closely, so a crash resends little.
+        status_interval: Duration::from_millis(100),
+    };
+    Ok(RunConfig {
+        source,
+        slot: validate_slot(&args.slot.name)?,
+        brokers,
+        kafka_options,
+        pipeline,
+        max_backoff: Duration::from_secs(5),
+        http_addr: match args.http_addr.trim() {
+            "off" | "" => None,
+            addr => Some(
+                addr.parse()
+                    .map_err(|_| ConfigError::HttpAddr(addr.to_owned()))?,
             ),
-        );
-        line(
-            "max_in_flight",
-            self.pipeline.max_in_flight_records.to_string(),
-        );
-        line(
-            "max_in_flight_bytes",
-            self.pipeline.max_in_flight_bytes.to_string(),
-        );
-        line("on_invalid", list(self.pipeline.invalid.describe()));
-        line("dlq_topic", q(&self.pipeline.invalid.dlq_topic));
-        line(
-            "drain_timeout",
-            q(&humantime::format_duration(self.pipeline.drain_timeout).to_string()),
-        );
-        line(
-            "http_addr",
-            q(&self.http_addr.map_or("off".to_owned(), |a| a.to_string())),
-        );
-        line(
-            "state_dir",
-            q(&self
-                .safety
-                .state_dir
-                .as_ref()
-                .map_or("off".to_owned(), |d| d.display().to_string())),
-        );
-        for spec in &self.pipeline.tables {
-            let m = &spec.mapping;
-            out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
-            for (k, v) in [
-                ("topic_template", spec.template.as_str()),
-                ("route_by_field", m.route_by.clone()),
-                ("id_column", m.id.clone()),
-                ("key_column", m.key.clone()),
-                ("event_type_column", m.event_type.clone()),
-                ("payload_column", m.payload.clone()),
-                ("timestamp_column", m.timestamp.clone()),
-                ("aggregate_type_column", m.aggregate_type.clone()),
-            ] {
-                out.push_str(&format!("{k} = {}\n", q(&v)));
-            }
-        }
-        out
+        },
+        safety: SafetyConfig {
+            state_dir: state::state_dir(args.state_dir.as_deref())?,
+            accept_slot_reset: args.accept_slot_reset,
+        },
+    })
+}
+
+/// The effective `run` configuration as config-file TOML, secrets redacted: the
+/// database URL without its password, and every secret Kafka option
+/// ([`crate::kafka::config::is_secret`]).
+pub fn show_toml(cfg: &RunConfig) -> String {
+    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let list = |items: Vec<String>| {
+        format!(
+            "[{}]",
+            items.iter().map(|i| q(i)).collect::<Vec<_>>().join(", ")
+        )
+    };
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
+    line("database_url", q(&cfg.source.conninfo.redacted()));
+    if cfg.source.conninfo.password.is_some() {
+        line("# database password", q("[redacted]"));
     }
+    line("publication", q(&cfg.source.publication));
+    line("slot", q(&cfg.slot));
+    line("brokers", q(&cfg.brokers));
+    let options = cfg
+        .kafka_options
+        .redacted()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    line("kafka_option", list(options));
+    line(
+        "table",
+        list(
+            cfg.pipeline
+                .tables
+                .iter()
+                .map(|t| t.table.to_string())
+                .collect(),
+        ),
+    );
+    line(
+        "max_in_flight",
+        cfg.pipeline.max_in_flight_records.to_string(),
+    );
+    line(
+        "max_in_flight_bytes",
+        cfg.pipeline.max_in_flight_bytes.to_string(),
+    );
+    line("on_invalid", list(cfg.pipeline.invalid.describe()));
+    line("dlq_topic", q(&cfg.pipeline.invalid.dlq_topic));
+    line(
+        "drain_timeout",
+        q(&humantime::format_duration(cfg.pipeline.drain_timeout).to_string()),
+    );
+    line(
+        "http_addr",
+        q(&cfg.http_addr.map_or("off".to_owned(), |a| a.to_string())),
+    );
+    line(
+        "state_dir",
+        q(&cfg
+            .safety
+            .state_dir
+            .as_ref()
+            .map_or("off".to_owned(), |d| d.display().to_string())),
+    );
+    for spec in &cfg.pipeline.tables {
+        let m = &spec.mapping;
+        out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
+        for (k, v) in [
+            ("topic_template", spec.template.as_str()),
+            ("route_by_field", m.route_by.clone()),
+            ("id_column", m.id.clone()),
+            ("key_column", m.key.clone()),
+            ("event_type_column", m.event_type.clone()),
+            ("payload_column", m.payload.clone()),
+            ("timestamp_column", m.timestamp.clone()),
+            ("aggregate_type_column", m.aggregate_type.clone()),
+        ] {
+            out.push_str(&format!("{k} = {}\n", q(&v)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -385,15 +362,12 @@ mod tests {
             publication: "p".into(),
             tables: vec!["outbox".into(), "public.outbox".into(), "s.t".into()],
         };
-        let cfg = SourceConfig::from_args(&args).unwrap();
+        let cfg = source(&args).unwrap();
         assert_eq!(cfg.tables.len(), 2);
         let bad = SourceArgs {
             tables: vec!["a.".into()],
             ..args
         };
-        assert!(matches!(
-            SourceConfig::from_args(&bad),
-            Err(ConfigError::Table(_))
-        ));
+        assert!(matches!(source(&bad), Err(ConfigError::Table(_))));
     }
 }

@@ -11,11 +11,10 @@ use clap::CommandFactory;
 use pgoutbox::cli::{
     CheckArgs, Cli, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs, TeardownArgs,
 };
-use pgoutbox::config::{validate_slot, RoutingConfig, SourceConfig, TailConfig};
+use pgoutbox::config::{self, validate_slot, RoutingConfig};
 use pgoutbox::config_file::TableOverrides;
 use pgoutbox::ops::check::CheckInput;
 use pgoutbox::pg::catalog::Ensured;
-use pgoutbox::run::RunConfig;
 
 fn main() -> ExitCode {
     // The config file's values become PGOUTBOX_* variables where unset, before clap
@@ -71,7 +70,7 @@ fn init_logging(format: LogFormat) {
 async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
     match cli.command {
         Command::Tail(args) => {
-            let cfg = TailConfig::from_args(&args, &overrides)?;
+            let cfg = config::tail(&args, &overrides)?;
             let shutdown = shutdown_on_signal();
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
             let printed = pgoutbox::tail::run(&cfg, &mut stdout, shutdown)
@@ -85,8 +84,8 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
         Command::Status(args) => status(args).await,
         Command::Teardown(args) => teardown(args).await,
         Command::Config(ConfigCommand::Show(args)) => {
-            let cfg = RunConfig::from_args(&args, &overrides)?;
-            print!("{}", cfg.show_toml());
+            let cfg = config::run(&args, &overrides)?;
+            print!("{}", config::show_toml(&cfg));
             Ok(())
         }
         Command::Config(ConfigCommand::ImportDebezium { file }) => {
@@ -107,7 +106,7 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => {
-            let cfg = RunConfig::from_args(&args, &overrides)?;
+            let cfg = config::run(&args, &overrides)?;
             pgoutbox::run::run(&cfg, shutdown_on_signal())
                 .await
                 .context("relay stopped")?;
@@ -117,7 +116,7 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
 }
 
 async fn setup(args: SetupArgs) -> anyhow::Result<()> {
-    let source = SourceConfig::from_args(&args.source)?;
+    let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
     if args.print_sql {
         println!("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)");
@@ -148,7 +147,7 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
 }
 
 async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()> {
-    let source = SourceConfig::from_args(&args.source)?;
+    let source = config::source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides);
     let mut columns: Vec<String> = Vec::new();
     for spec in routing.specs(&source.tables) {
@@ -178,7 +177,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let source = SourceConfig::from_args(&args.source)?;
+    let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
@@ -198,7 +197,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
-    let source = SourceConfig::from_args(&args.source)?;
+    let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
     anyhow::ensure!(
         args.yes,

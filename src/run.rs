@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::SourceConfig;
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
@@ -33,6 +32,7 @@ use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::ReplicationClient;
+use crate::pg::source::SourceConfig;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::{SafetyConfig, SafetyError, SlotGuard};
 

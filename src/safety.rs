@@ -30,7 +30,7 @@ use crate::pg::catalog::{self, CatalogError, SlotInfo};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::{quote_literal, SystemIdentity};
-use crate::state::{self, Checkpoint, SlotState, StateError, StateFile};
+use crate::state::{Checkpoint, SlotState, StateError, StateFile};
 
 /// SQLSTATE `object_not_in_prerequisite_state`: reading an invalidated slot.
 const NOT_IN_PREREQUISITE_STATE: &str = "55000";
@@ -345,11 +345,6 @@ impl SlotGuard {
             .map(|f| f.path().to_owned())
             .unwrap_or_default()
     }
-}
-
-/// The state directory for `flag` (`--state-dir`) and the process environment.
-pub fn state_dir(flag: Option<&str>) -> Result<Option<PathBuf>, StateError> {
-    state::resolve_dir(flag, &|name| std::env::var(name).ok())
 }
 
 #[cfg(test)]

@@ -175,6 +175,11 @@ pub fn resolve_dir(
     }
 }
 
+/// The state directory for `flag` (`--state-dir`) and the process environment.
+pub fn state_dir(flag: Option<&str>) -> Result<Option<PathBuf>, StateError> {
+    resolve_dir(flag, &|name| std::env::var(name).ok())
+}
+
 /// The file name for `slot` of `database`: `<database>.<slot>.state`, with every byte
 /// of the database name outside `[A-Za-z0-9_-]` written as `%XX` (slot names are
 /// `[a-z0-9_]` already), so the name is unique per pair and safe on any file system.

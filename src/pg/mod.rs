@@ -2,7 +2,8 @@
 //!
 //! Data flow: [`connection`] (transport, TLS, auth with [`channel_binding`]) → [`replication`] (CopyBoth
 //! stream task, framing from [`protocol`]) → [`pgoutput`] (decoder) → caller.
-//! [`catalog`] is a separate ordinary SQL connection for publication/slot queries.
+//! [`catalog`] is a separate ordinary SQL connection for publication/slot queries;
+//! [`source`] names the database, publication and tables a command works on.
 
 pub mod catalog;
 pub mod channel_binding;
@@ -12,5 +13,6 @@ pub mod lsn;
 pub mod pgoutput;
 pub mod protocol;
 pub mod replication;
+pub mod source;
 pub mod timestamp;
 pub mod tls;

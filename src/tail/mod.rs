@@ -19,18 +19,43 @@ use std::io::Write;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::TailFormat;
-use crate::config::TailConfig;
 use crate::outbox::event::MissingColumn;
-use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
 use crate::pg::replication::ReplicationClient;
+use crate::pg::source::SourceConfig;
 
 pub use format::TailEvent;
+
+/// Settings of `pgoutbox tail`.
+#[derive(Debug, Clone)]
+pub struct TailConfig {
+    /// The database, publication and outbox tables.
+    pub source: SourceConfig,
+    /// One spec per outbox table (mapping and topic template, to show the topic
+    /// `run` would use).
+    pub tables: Vec<TableSpec>,
+    /// Output format.
+    pub format: TailFormat,
+    /// Stop after this many events.
+    pub limit: Option<u64>,
+    /// Existing slot to read (never confirmed); `None` = temporary slot.
+    pub slot: Option<String>,
+}
+
+/// How tail prints an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TailFormat {
+    /// One JSON object per line (for jq and scripts).
+    #[default]
+    Json,
+    /// A block per event, for humans.
+    Pretty,
+}
 
 /// Why tail stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +130,7 @@ pub async fn run(
     let mut state = TailState {
         cfg,
         decoder: Decoder::new(),
-        tables: OutboxTables::new(cfg.routing.specs(&source.tables)),
+        tables: OutboxTables::new(cfg.tables.clone()),
         txn: Txn::default(),
         printed: 0,
     };
