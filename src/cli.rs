@@ -6,6 +6,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::config::router_keys as keys;
+
 /// Stream a PostgreSQL transactional outbox through logical replication.
 ///
 /// pgoutbox reads inserted outbox rows from a `pgoutput` logical replication stream
@@ -148,9 +150,9 @@ pub struct RoutingArgs {
     /// Column whose value fills ${routedByValue} in the topic template.
     #[arg(
         long,
-        alias = "route.by.field",
+        alias = keys::ROUTE_BY_FIELD.debezium,
         env = "PGOUTBOX_ROUTE_BY_FIELD",
-        default_value = "aggregate_type",
+        default_value = keys::ROUTE_BY_FIELD.default,
         value_name = "COLUMN"
     )]
     pub route_by_field: String,
@@ -158,9 +160,9 @@ pub struct RoutingArgs {
     /// Topic name template, Debezium syntax.
     #[arg(
         long,
-        alias = "route.topic.replacement",
+        alias = keys::TOPIC_TEMPLATE.debezium,
         env = "PGOUTBOX_TOPIC_TEMPLATE",
-        default_value = "outbox.event.${routedByValue}",
+        default_value = keys::TOPIC_TEMPLATE.default,
         value_name = "TEMPLATE"
     )]
     pub topic_template: String,
@@ -168,9 +170,9 @@ pub struct RoutingArgs {
     /// Column holding the event id (record header `id`).
     #[arg(
         long,
-        alias = "table.field.event.id",
+        alias = keys::ID_COLUMN.debezium,
         env = "PGOUTBOX_ID_COLUMN",
-        default_value = "id",
+        default_value = keys::ID_COLUMN.default,
         value_name = "COLUMN"
     )]
     pub id_column: String,
@@ -178,9 +180,9 @@ pub struct RoutingArgs {
     /// Column holding the record key.
     #[arg(
         long,
-        alias = "table.field.event.key",
+        alias = keys::KEY_COLUMN.debezium,
         env = "PGOUTBOX_KEY_COLUMN",
-        default_value = "aggregate_id",
+        default_value = keys::KEY_COLUMN.default,
         value_name = "COLUMN"
     )]
     pub key_column: String,
@@ -188,9 +190,9 @@ pub struct RoutingArgs {
     /// Column holding the event type (record header `event_type`).
     #[arg(
         long,
-        alias = "table.field.event.type",
+        alias = keys::EVENT_TYPE_COLUMN.debezium,
         env = "PGOUTBOX_EVENT_TYPE_COLUMN",
-        default_value = "event_type",
+        default_value = keys::EVENT_TYPE_COLUMN.default,
         value_name = "COLUMN"
     )]
     pub event_type_column: String,
@@ -198,9 +200,9 @@ pub struct RoutingArgs {
     /// Column holding the record value.
     #[arg(
         long,
-        alias = "table.field.event.payload",
+        alias = keys::PAYLOAD_COLUMN.debezium,
         env = "PGOUTBOX_PAYLOAD_COLUMN",
-        default_value = "payload",
+        default_value = keys::PAYLOAD_COLUMN.default,
         value_name = "COLUMN"
     )]
     pub payload_column: String,
@@ -208,9 +210,9 @@ pub struct RoutingArgs {
     /// Column holding the record timestamp (the commit time is used when absent or NULL).
     #[arg(
         long,
-        alias = "table.field.event.timestamp",
+        alias = keys::TIMESTAMP_COLUMN.debezium,
         env = "PGOUTBOX_TIMESTAMP_COLUMN",
-        default_value = "created_at",
+        default_value = keys::TIMESTAMP_COLUMN.default,
         value_name = "COLUMN"
     )]
     pub timestamp_column: String,
@@ -502,6 +504,24 @@ mod tests {
         assert_eq!(t.routing.key_column, "order_id");
         assert_eq!(t.routing.route_by_field, "kind");
         assert_eq!(t.routing.topic_template, "events.${routedByValue}");
+    }
+
+    #[test]
+    fn every_router_key_is_a_run_flag_with_its_alias_and_default() {
+        let mut cli = Cli::command();
+        cli.build();
+        let run = cli.find_subcommand("run").expect("run subcommand");
+        for k in keys::ROUTER_KEYS {
+            let long = k.key.replace('_', "-");
+            let arg = run
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long.as_str()))
+                .unwrap_or_else(|| panic!("no --{long} for router key {}", k.key));
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            assert_eq!(aliases, vec![k.debezium], "--{long}");
+            let defaults: Vec<_> = arg.get_default_values().iter().collect();
+            assert_eq!(defaults, vec![k.default], "--{long}");
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
-//! - [`config`]: validated configuration; no clap type goes past it.
-//! - [`config_file`]: the TOML file layer (flag > env > file > default).
+//! - [`config`]: validated configuration; no clap type goes past it. Holds the TOML
+//!   file layer ([`config::file`]), the Debezium option names ([`config::router_keys`])
+//!   and `config import-debezium` ([`config::debezium`]).
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
@@ -19,12 +20,9 @@
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 //! - [`ops`]: `check`, `status`, `teardown`.
-//! - [`debezium`]: `config import-debezium`, Debezium connector JSON → pgoutbox TOML.
 
 pub mod cli;
 pub mod config;
-pub mod config_file;
-pub mod debezium;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -11,8 +11,8 @@ use clap::CommandFactory;
 use pgoutbox::cli::{
     CheckArgs, Cli, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs, TeardownArgs,
 };
+use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
-use pgoutbox::config_file::TableOverrides;
 use pgoutbox::ops::check::CheckInput;
 use pgoutbox::pg::catalog::Ensured;
 
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     // The config file's values become PGOUTBOX_* variables where unset, before clap
     // reads the environment: flag > env > file > default.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let overrides = match pgoutbox::config_file::apply(&args) {
+    let overrides = match pgoutbox::config::file::apply(&args) {
         Ok(o) => o,
         Err(err) => {
             eprintln!("error: {err}");
@@ -91,8 +91,11 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::ImportDebezium { file }) => {
             let json = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            let imported = pgoutbox::debezium::import(&json)?;
-            eprint!("{}", pgoutbox::debezium::render_notes(&imported.notes));
+            let imported = pgoutbox::config::debezium::import(&json)?;
+            eprint!(
+                "{}",
+                pgoutbox::config::debezium::render_notes(&imported.notes)
+            );
             print!("{}", imported.toml);
             Ok(())
         }

@@ -10,6 +10,7 @@ use crate::outbox::routing::{
 
 use super::input::{list, resolved, Config, Notes};
 use super::{Entry, PLACEHOLDER};
+use crate::config::router_keys::{self as keys, RouterKey};
 
 /// Debezium's `route.topic.regex` default: the whole route value is group 1.
 const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
@@ -28,8 +29,10 @@ pub(super) struct Routing {
 
 pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Routing {
     let k = |option: &str| format!("transforms.{router}.{option}");
-    let mut column = |cfg: &mut Config, option: &str, dbz: &str, toml: &str, ours: &str| {
-        let key = k(option);
+    let mut column = |cfg: &mut Config, option: &RouterKey, toml: &str| {
+        let key = k(option.debezium);
+        let ours = option.default;
+        let dbz = option.debezium_default.unwrap_or(ours);
         match resolved(cfg, notes, &key) {
             Some(v) => {
                 notes.translated(&key, Some(&v), toml.to_owned());
@@ -57,41 +60,19 @@ pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Rout
     };
     let route_by = column(
         cfg,
-        "route.by.field",
-        "aggregatetype",
+        &keys::ROUTE_BY_FIELD,
         "route_by_field and aggregate_type_column",
-        "aggregate_type",
     );
-    let id = column(
-        cfg,
-        "table.field.event.id",
-        "id",
-        "id_column (header id)",
-        "id",
-    );
-    let key = column(
-        cfg,
-        "table.field.event.key",
-        "aggregateid",
-        "key_column (record key)",
-        "aggregate_id",
-    );
+    let id = column(cfg, &keys::ID_COLUMN, "id_column (header id)");
+    let key = column(cfg, &keys::KEY_COLUMN, "key_column (record key)");
     let event_type = column(
         cfg,
-        "table.field.event.type",
-        "type",
+        &keys::EVENT_TYPE_COLUMN,
         "event_type_column (pgoutbox also sends it as header event_type)",
-        "event_type",
     );
-    let payload = column(
-        cfg,
-        "table.field.event.payload",
-        "payload",
-        "payload_column (record value)",
-        "payload",
-    );
+    let payload = column(cfg, &keys::PAYLOAD_COLUMN, "payload_column (record value)");
 
-    let ts_key = k("table.field.event.timestamp");
+    let ts_key = k(keys::TIMESTAMP_COLUMN.debezium);
     let timestamp = match resolved(cfg, notes, &ts_key) {
         Some(v) => {
             notes.translated(&ts_key, Some(&v), "timestamp_column (record timestamp)");
@@ -144,7 +125,7 @@ pub(super) fn topic_template(cfg: &mut Config, notes: &mut Notes, router: &str) 
             );
         }
     }
-    let key = format!("transforms.{router}.route.topic.replacement");
+    let key = format!("transforms.{router}.{}", keys::TOPIC_TEMPLATE.debezium);
     let Some(replacement) = resolved(cfg, notes, &key) else {
         notes.translated(
             &key,

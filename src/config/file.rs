@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use clap::CommandFactory;
 
 use crate::cli::Cli;
+use crate::config::router_keys;
 
 /// Keys allowed inside a `[tables."…"]` section.
 pub const TABLE_KEYS: &[&str] = &[
@@ -182,19 +183,12 @@ pub fn resolve(
     Ok((exports, overrides))
 }
 
-/// Debezium-style keys inside a table section map to ours.
+/// Debezium-style keys inside a table section map to ours
+/// ([`crate::config::router_keys`]).
 fn keys_alias(key: &str) -> String {
-    match key {
-        "route.by.field" => "route_by_field",
-        "route.topic.replacement" => "topic_template",
-        "table.field.event.id" => "id_column",
-        "table.field.event.key" => "key_column",
-        "table.field.event.type" => "event_type_column",
-        "table.field.event.payload" => "payload_column",
-        "table.field.event.timestamp" => "timestamp_column",
-        other => other,
-    }
-    .replace('-', "_")
+    router_keys::key_for_debezium(key)
+        .unwrap_or(key)
+        .replace('-', "_")
 }
 
 /// Load the file named in `args` (if any), export its values into the process

@@ -5,12 +5,16 @@
 //! connects. Invariant: nothing past this module sees a clap type, and the password
 //! only exists inside `ConnInfo` as a `Secret`.
 
+pub mod debezium;
+pub mod file;
+pub mod router_keys;
+
 use std::time::Duration;
 
+use self::file::TableOverrides;
 use crate::cli::{
     OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
-use crate::config_file::TableOverrides;
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};

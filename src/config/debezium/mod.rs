@@ -445,7 +445,7 @@ timestamp_column = "occurred_at"
 
     #[test]
     fn every_key_written_is_a_config_file_key() {
-        let known = crate::config_file::key_to_env();
+        let known = crate::config::file::key_to_env();
         for json in [REALISTIC.to_owned(), minimal("")] {
             for key in parse_toml(&import(&json).unwrap().toml).keys() {
                 assert!(known.contains_key(key), "{key} is not a --config key");
