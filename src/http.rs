@@ -16,6 +16,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::task::Tasks;
+
+/// How long one connection may take to send its request and read the answer.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -26,11 +30,14 @@ pub struct BindError {
     source: std::io::Error,
 }
 
-/// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).
+/// Bind `addr` and serve until `shutdown`, as a task of `tasks` (each connection is
+/// a task the server joins before it ends). Returns the bound address (useful with
+/// port 0).
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    tasks: &mut Tasks,
 ) -> Result<SocketAddr, BindError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -39,22 +46,28 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| BindError { addr, source })?;
     tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz");
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                accepted = listener.accept() => {
-                    if let Ok((stream, _)) = accepted {
-                        let metrics = metrics.clone();
-                        tokio::spawn(async move {
-                            let _ = tokio::time::timeout(Duration::from_secs(5), respond(stream, &metrics)).await;
-                        });
-                    }
+    tasks.spawn("http", accept_loop(listener, metrics, shutdown));
+    Ok(local)
+}
+
+/// Accept until `shutdown`, then wait for the connections still being answered.
+async fn accept_loop(listener: TcpListener, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+    let mut connections = Tasks::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    let metrics = metrics.clone();
+                    connections.spawn("http-connection", async move {
+                        let _ = tokio::time::timeout(RESPONSE_TIMEOUT, respond(stream, &metrics)).await;
+                    });
                 }
             }
         }
-    });
-    Ok(local)
+    }
+    // Every connection ends within its own timeout.
+    connections.join(RESPONSE_TIMEOUT * 2).await;
 }
 
 async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
@@ -113,10 +126,12 @@ mod tests {
     async fn endpoints_answer() {
         let metrics = Arc::new(Metrics::default());
         let token = CancellationToken::new();
+        let mut tasks = Tasks::new();
         let addr = serve(
             "127.0.0.1:0".parse().unwrap(),
             metrics.clone(),
             token.clone(),
+            &mut tasks,
         )
         .await
         .unwrap();
@@ -130,5 +145,15 @@ mod tests {
             .contains("outbox_relay_latency_seconds_count 0"));
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
         token.cancel();
+        tasks.join(Duration::from_secs(60)).await;
+        assert!(
+            tasks_ended(addr).await,
+            "the listener still accepts after join"
+        );
+    }
+
+    /// Whether nothing listens on `addr` any more.
+    async fn tasks_ended(addr: SocketAddr) -> bool {
+        TcpStream::connect(addr).await.is_err()
     }
 }

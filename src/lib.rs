@@ -20,6 +20,7 @@
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 //! - [`ops`]: `check`, `status`, `teardown`.
+//! - [`task`]: named background tasks, joined at shutdown.
 
 pub mod cli;
 pub mod config;
@@ -36,3 +37,4 @@ pub mod secret;
 pub mod setup;
 pub mod state;
 pub mod tail;
+pub mod task;

@@ -217,7 +217,7 @@ async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
 fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let cancel = token.clone();
-    tokio::spawn(async move {
+    pgoutbox::task::spawn("signals", async move {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         let term = async {

@@ -35,6 +35,14 @@ use crate::pg::replication::ReplicationClient;
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::{SafetyConfig, SafetyError, SlotGuard};
+use crate::task::Tasks;
+
+/// How long one producer probe waits for broker metadata.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long `run` waits for its helper tasks once they were told to stop: the probe
+/// may be inside one metadata request, an HTTP connection inside its own timeout.
+const HELPER_JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// SQLSTATE of "replication slot … is active for PID …".
 const OBJECT_IN_USE: &str = "55006";
@@ -104,26 +112,47 @@ impl RunError {
     }
 }
 
-/// Run the relay until `shutdown` fires or a definite error occurs.
+/// Run the relay until `shutdown` fires or a definite error occurs. Either way, the
+/// helper tasks it started (HTTP endpoint, producer probe) have ended when it returns.
 pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
+    let mut tasks = Tasks::new();
+    // Stops the helper tasks on shutdown and also when the relay ends on an error.
+    let helpers = shutdown.child_token();
+    let result = relay(cfg, &shutdown, &metrics, &mut tasks, &helpers).await;
+    helpers.cancel();
+    tasks.join(HELPER_JOIN_TIMEOUT).await;
+    result
+}
+
+/// The relay proper: set-up, then sessions until shutdown or a definite error.
+async fn relay(
+    cfg: &RunConfig,
+    shutdown: &CancellationToken,
+    metrics: &Arc<Metrics>,
+    tasks: &mut Tasks,
+    helpers: &CancellationToken,
+) -> Result<(), RunError> {
     if let Some(addr) = cfg.http_addr {
-        crate::http::serve(addr, metrics.clone(), shutdown.clone()).await?;
+        crate::http::serve(addr, metrics.clone(), helpers.clone(), tasks).await?;
     }
     let mut sink = KafkaSink::new(
         &producer_config(&cfg.brokers, &cfg.kafka_options)?,
         metrics.clone(),
     )?;
-    spawn_producer_probe(&sink, metrics.clone(), shutdown.clone());
+    tasks.spawn(
+        "producer-probe",
+        probe_producer(&sink, metrics.clone(), helpers.clone()),
+    );
     let mut guard = open_guard(cfg)?;
     let create = guard.may_create()?;
-    retry(cfg, &shutdown, || ensure_objects(cfg, create)).await?;
+    retry(cfg, shutdown, || ensure_objects(cfg, create)).await?;
     let mut generation: u16 = 0;
     let mut backoff = Backoff::new(cfg.max_backoff);
     let mut standing_by = false;
     while !shutdown.is_cancelled() {
         let started = tokio::time::Instant::now();
-        match session(cfg, &mut sink, generation, &shutdown, &metrics, &mut guard).await {
+        match session(cfg, &mut sink, generation, shutdown, metrics, &mut guard).await {
             Ok(stats) => {
                 tracing::info!(
                     produced = stats.produced,
@@ -238,22 +267,26 @@ where
 
 /// Every few seconds, ask the brokers for metadata (in a blocking task) and record
 /// whether the producer reaches them: `/readyz` reflects a broker outage even when
-/// no record is being produced.
-fn spawn_producer_probe(sink: &KafkaSink, metrics: Arc<Metrics>, shutdown: CancellationToken) {
+/// no record is being produced. Ends at `stop`, after at most one probe's timeout.
+fn probe_producer(
+    sink: &KafkaSink,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let probe = Arc::new(sink.prober());
-    tokio::spawn(async move {
+    async move {
         loop {
             let p = probe.clone();
-            let up = tokio::task::spawn_blocking(move || p(Duration::from_secs(3)))
+            let up = tokio::task::spawn_blocking(move || p(PROBE_TIMEOUT))
                 .await
                 .unwrap_or(false);
             metrics.set_producer_connected(up);
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             }
         }
-    });
+    }
 }
 
 async fn session(

@@ -259,7 +259,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
+    crate::task::spawn("catalog-connection", async move {
         if let Err(err) = conn.await {
             tracing::debug!(error = %err, "catalog connection ended");
         }

@@ -336,7 +336,10 @@ impl ReplicationStream {
             pinged: false,
         };
         let span = tracing::info_span!("replication_stream", slot = %slot);
-        tokio::spawn(task.run(timers.status_interval).instrument(span));
+        crate::task::spawn(
+            "replication-stream",
+            task.run(timers.status_interval).instrument(span),
+        );
         Self {
             events,
             feedback,
