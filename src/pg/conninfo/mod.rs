@@ -20,8 +20,8 @@
 //!
 //! * `mod.rs` — the public types ([`ConnInfo`], [`HostAddr`], [`Host`]), the defaults,
 //!   [`ConnInfo::parse`] (the whole flow above) and re-exports;
-//! * `url.rs`, `keyword_value.rs` — the two parsers, text → [`raw::Raw`];
-//! * `raw.rs` — [`raw::Raw`], the settings as written, before any fallback;
+//! * `url.rs`, `keyword_value.rs` — the two parsers, text → `Raw`;
+//! * `raw.rs` — `Raw`, the settings as written, before any fallback;
 //! * `percent.rs` — percent decoding (URL input) and encoding (redacted output);
 //! * `resolve.rs` — environment, defaults and validation, step by step;
 //! * `pgpass.rs` — the password file: where it is and which line applies;
@@ -225,6 +225,7 @@ mod tests {
     use super::testing::env_of;
     use super::*;
 
+    /// A cheap deterministic fuzz: random strings over an alphabet of the characters
     /// every parser branch cares about must give `Ok` or `Err`, never a panic.
     #[test]
     fn never_panics() {
