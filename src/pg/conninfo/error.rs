@@ -22,7 +22,7 @@ pub enum Origin {
     Env(&'static str),
 }
 
-/// Why a connection string could not be turned into a [`ConnInfo`]. No variant holds
+/// Why a connection string could not be turned into a [`ConnInfo`](super::ConnInfo). No variant holds
 /// the password or text that may be part of it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConnInfoError {
