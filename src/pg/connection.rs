@@ -337,7 +337,7 @@ impl PgConnection {
                 context: format!("negotiating TLS with {target}"),
                 what: format!(
                     "server does not support SSL but sslmode={}; fix: enable ssl on the server or use sslmode=prefer",
-                    sslmode_name(&info.sslmode)
+                    info.sslmode.as_str()
                 ),
             }),
             other => Err(PgError::Unexpected {
@@ -659,17 +659,6 @@ fn describe(addr: &HostAddr) -> String {
         Host::Tcp(h) if h.contains(':') => format!("[{h}]:{}", addr.port),
         Host::Tcp(h) => format!("{h}:{}", addr.port),
         Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), addr.port),
-    }
-}
-
-fn sslmode_name(mode: &SslMode) -> &'static str {
-    match mode {
-        SslMode::Disable => "disable",
-        SslMode::Allow => "allow",
-        SslMode::Prefer => "prefer",
-        SslMode::Require => "require",
-        SslMode::VerifyCa => "verify-ca",
-        SslMode::VerifyFull => "verify-full",
     }
 }
 

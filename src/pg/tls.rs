@@ -162,11 +162,7 @@ pub fn client_config(info: &ConnInfo) -> Result<Option<Arc<ClientConfig>>, TlsEr
         (SslMode::Disable, _) => return Ok(None),
         (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
             return Err(TlsError::NoRootCert {
-                mode: if matches!(info.sslmode, SslMode::VerifyCa) {
-                    "verify-ca"
-                } else {
-                    "verify-full"
-                },
+                mode: info.sslmode.as_str(),
             })
         }
         (SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull, Some(path)) => {

@@ -7,18 +7,10 @@
 
 use std::fmt::Write as _;
 
+use crate::pg::conninfo::SslMode;
+
 use super::input::{is_class, list, resolved, Config, Notes};
 use super::{Entry, ImportError, EVENT_ROUTER, PLACEHOLDER, POSTGRES_CONNECTOR};
-
-/// libpq `sslmode` values, which Debezium's `database.sslmode` shares.
-const SSLMODES: &[&str] = &[
-    "disable",
-    "allow",
-    "prefer",
-    "require",
-    "verify-ca",
-    "verify-full",
-];
 
 pub(super) fn connector_class(cfg: &mut Config) -> Result<(), ImportError> {
     match cfg.get("connector.class") {
@@ -138,11 +130,12 @@ pub(super) fn database_url(cfg: &mut Config, notes: &mut Notes) -> Result<String
     let mut query: Vec<(&str, String)> = Vec::new();
     if let Some(mode) = resolved(cfg, notes, "database.sslmode") {
         let lower = mode.to_ascii_lowercase();
-        if mode != PLACEHOLDER && !SSLMODES.contains(&lower.as_str()) {
+        // Debezium's `database.sslmode` shares libpq's values (in any case).
+        if mode != PLACEHOLDER && SslMode::from_libpq(&lower).is_none() {
             return Err(ImportError::InvalidValue {
                 key: "database.sslmode",
                 value: mode,
-                expected: "one of disable, allow, prefer, require, verify-ca, verify-full",
+                expected: SslMode::EXPECTED,
             });
         }
         notes.translated("database.sslmode", Some(&mode), "database_url ?sslmode=");
