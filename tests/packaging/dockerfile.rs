@@ -3,8 +3,8 @@
 //! stage that built it, and `COPY` sources that exist and that `.dockerignore` keeps in
 //! the build context.
 //!
-//! The file is parsed by `parse-dockerfile` (Docker's grammar: continuations, comment
-//! lines inside them, the `escape` directive, exec and shell forms, `COPY --from`).
+//! The file is parsed by `parse-dockerfile` (Docker's grammar: continuations, the
+//! `escape` directive, exec and shell forms, flags such as `COPY --from`).
 //! [`Stage`] reduces each stage to what the checks read; the one hand-written step is
 //! [`shell_text`], which turns a shell-form command into the line the shell receives.
 
