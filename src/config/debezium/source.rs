@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::pg::conninfo::SslMode;
+use crate::pg::conninfo::{percent_encode, SslMode};
 
 use super::input::{is_class, list, resolved, Config, Notes};
 use super::{Entry, ImportError, EVENT_ROUTER, PLACEHOLDER, POSTGRES_CONNECTOR};
@@ -189,21 +189,6 @@ pub(super) fn database_url(cfg: &mut Config, notes: &mut Notes) -> Result<String
         );
     }
     Ok(url)
-}
-
-/// RFC 3986 percent-encoding: unreserved characters and `keep` stay, every other byte
-/// of the UTF-8 text becomes `%XX`.
-pub(super) fn percent_encode(text: &str, keep: &[u8]) -> String {
-    let mut out = String::with_capacity(text.len());
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') || keep.contains(&b)
-        {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// `slot` and `publication`: the connector's own when it used pgoutput (so pgoutbox

@@ -62,6 +62,7 @@ mod tokio_config;
 mod url;
 
 pub use error::{ConnInfoError, Origin};
+pub use percent::encode as percent_encode;
 pub use tls_settings::{ChannelBinding, SslMode};
 
 /// The port used when neither the string nor `PGPORT` names one.

@@ -42,8 +42,10 @@ pub(super) const QUERY_KEEP: &[u8] = b"/:,@!$'()*+;";
 /// The same inside a comma-separated list, where a literal comma must be escaped.
 pub(super) const QUERY_KEEP_IN_LIST: &[u8] = b"/:@!$'()*+;";
 
-/// Percent-encode everything but RFC 3986 unreserved characters and `keep`.
-pub(super) fn encode(s: &str, keep: &[u8]) -> String {
+/// Percent-encode everything but RFC 3986 unreserved characters and `keep`: each
+/// other byte of the UTF-8 text becomes `%XX` (also used by the Debezium importer to
+/// write URLs).
+pub fn encode(s: &str, keep: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
     for &b in s.as_bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
