@@ -12,8 +12,8 @@
 //! - `session.rs`: [`Session`], the I/O shell — one `biased` select that moves bytes
 //!   between the replication stream, the producer and the core, keeps time (status
 //!   tick, drain deadline) and persists before it confirms;
-//! - `relay.rs`: [`relay::Relay`], the sans-I/O core — every decision, unit tested
-//!   without a server;
+//! - `relay/`: [`relay::Relay`], the sans-I/O core — every decision, unit tested
+//!   without a server (`relay/tests/`);
 //! - `sink.rs`: [`sink::Sink`], where the core hands records (the real [`KafkaSink`]
 //!   or a test's `Vec`);
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;

@@ -1,5 +1,9 @@
 //! Unit tests of the relay core: pgoutput bytes in (built with
 //! [`encode`]), records out into a `Vec` sink, delivery reports back.
+//! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
+//! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows.
+
+mod poison;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -327,168 +331,6 @@ fn reports_of_another_generation_change_nothing() {
 }
 
 #[test]
-fn a_poison_row_with_fail_stops_the_relay_naming_the_row() {
-    let cfg = config();
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    h.wal(row("a1", Some("k"))).unwrap();
-    let err = h.wal(row("p1", None)).unwrap_err();
-    let PipelineError::Invalid(poison) = err else {
-        panic!("{err:?}")
-    };
-    assert_eq!(
-        (
-            poison.cause,
-            poison.event_id.as_str(),
-            poison.table.as_str()
-        ),
-        ("null-key", "p1", "public.outbox")
-    );
-    assert_eq!(poison.lsn, Lsn(h.lsn).to_string());
-    assert_eq!(h.ids(), ["a1"]);
-}
-
-#[test]
-fn a_skipped_poison_row_is_not_in_flight() {
-    let cfg = PipelineConfig {
-        invalid: policy("null-key=skip"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    h.wal(row("a1", Some("k"))).unwrap();
-    h.wal(row("p1", None)).unwrap();
-    h.wal(row("a2", Some("k"))).unwrap();
-    h.commit(0x100);
-    assert_eq!(h.ids(), ["a1", "a2"]);
-    h.ack(0);
-    h.ack(1);
-    assert_eq!(h.relay.confirmed(), Lsn(0x100));
-}
-
-#[test]
-fn a_dead_letter_joins_the_transaction_in_wal_order() {
-    let cfg = PipelineConfig {
-        invalid: policy("dlq"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    h.wal(row("a1", Some("k"))).unwrap();
-    h.wal(row("p1", None)).unwrap();
-    let p1_lsn = Lsn(h.lsn).to_string();
-    h.commit(0x100);
-    assert_eq!(h.ids(), ["a1", "p1"]);
-    assert_eq!(h.tags(), [tag(0), tag(0)]);
-    let (letter, _) = &h.sink.sent[1];
-    assert_eq!(letter.topic, "dead");
-    assert_eq!(
-        header_of(letter, header::CAUSE).as_deref(),
-        Some("null-key")
-    );
-    assert_eq!(
-        header_of(letter, header::TABLE).as_deref(),
-        Some("public.outbox")
-    );
-    assert_eq!(header_of(letter, header::LSN), Some(p1_lsn));
-    h.ack(0);
-    assert_eq!(h.relay.confirmed(), Lsn(0), "the dead letter is in flight");
-    h.ack(1);
-    assert_eq!(h.relay.confirmed(), Lsn(0x100));
-}
-
-#[test]
-fn a_size_refusal_at_send_dead_letters_the_row_in_its_transaction() {
-    let cfg = PipelineConfig {
-        invalid: policy("too-large=dlq"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    let refusal = too_large("outbox.event.order", "a1", None);
-    h.sink.answers = VecDeque::from([SendError::Refused(refusal)]);
-    h.wal(row("a1", Some("k"))).unwrap();
-    h.wal(row("a2", Some("k"))).unwrap();
-    h.commit(0x100);
-    assert_eq!(h.ids(), ["a1", "a2"]);
-    let (letter, letter_tag) = &h.sink.sent[0];
-    assert_eq!((letter.topic.as_str(), *letter_tag), ("dead", tag(0)));
-    assert_eq!(
-        header_of(letter, header::PAYLOAD_OMITTED).as_deref(),
-        Some("2 bytes")
-    );
-    h.ack(1);
-    assert_eq!(h.relay.confirmed(), Lsn(0));
-    h.ack(0);
-    assert_eq!(h.relay.confirmed(), Lsn(0x100));
-}
-
-#[test]
-fn a_size_refusal_at_send_with_fail_or_for_a_dead_letter_stops_the_relay() {
-    let cfg = config();
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    let refusal = too_large("outbox.event.order", "a1", None);
-    h.sink.answers = VecDeque::from([SendError::Refused(refusal)]);
-    let err = h.wal(row("a1", Some("k"))).unwrap_err();
-    assert!(
-        matches!(&err, PipelineError::Invalid(p) if p.cause == "too-large"),
-        "{err:?}"
-    );
-
-    let cfg = PipelineConfig {
-        invalid: policy("dlq"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    h.begin();
-    let first = too_large("outbox.event.order", "a1", None);
-    let letter = too_large("dead", "a1", None);
-    h.sink.answers = VecDeque::from([SendError::Refused(first), SendError::Refused(letter)]);
-    let err = h.wal(row("a1", Some("k"))).unwrap_err();
-    assert!(
-        matches!(&err, PipelineError::Delivery(e) if e.topic == "dead"),
-        "{err:?}"
-    );
-    assert!(h.ids().is_empty());
-}
-
-#[test]
-fn a_size_refusal_by_the_broker_becomes_a_dead_letter_before_the_row_counts_done() {
-    let cfg = PipelineConfig {
-        invalid: policy("too-large=dlq"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    h.txn(&["a1", "a2"], 0x100);
-    let refused = RefusedRecord {
-        key: Some(Bytes::from_static(b"k")),
-        event_type: Some(Bytes::from_static(b"Created")),
-    };
-    let refusal = too_large("outbox.event.order", "a1", Some(refused));
-    h.deliver(tag(0), Err(refusal)).unwrap();
-    assert_eq!(h.ids(), ["a1", "a2", "a1"]);
-    let (letter, letter_tag) = &h.sink.sent[2];
-    assert_eq!((letter.topic.as_str(), *letter_tag), ("dead", tag(0)));
-    assert_eq!(
-        (letter.key.as_deref(), letter.value.as_deref()),
-        (Some(&b"k"[..]), None)
-    );
-    assert_eq!(letter.event_type.as_deref(), Some(&b"Created"[..]));
-    assert_eq!(h.in_flight(), 2, "a2 and the dead letter");
-    h.ack(1);
-    assert_eq!(h.relay.confirmed(), Lsn(0));
-    h.ack(2);
-    assert_eq!(h.relay.confirmed(), Lsn(0x100));
-    // The broker refusing a dead letter's size is not a poison row.
-    h.txn(&["b1"], 0x200);
-    let err = h
-        .deliver(tag(1), Err(too_large("dead", "b1", None)))
-        .unwrap_err();
-    assert!(matches!(err, PipelineError::Delivery(_)), "{err:?}");
-}
-
-#[test]
 fn the_drain_drops_the_waiting_record_and_completes_at_zero_in_flight() {
     let cfg = config();
     let mut h = Harness::new(&cfg);
@@ -555,26 +397,4 @@ fn updates_follow_on_update_and_unexpected_messages_stop() {
         matches!(err, PipelineError::UnknownRelation { relid: 7, .. }),
         "{err:?}"
     );
-}
-
-#[test]
-fn rows_of_a_table_that_lost_a_mapped_column_are_missing_column_poison() {
-    let cfg = PipelineConfig {
-        invalid: policy("missing-column=dlq"),
-        ..config()
-    };
-    let mut h = Harness::new(&cfg);
-    let altered = Relation::text_columns(RELID, "outbox", &COLUMNS[..4]);
-    h.wal(PgOutputMessage::Relation(altered)).unwrap();
-    h.begin();
-    h.wal(row("m1", Some("k"))).unwrap();
-    assert_eq!(h.ids(), ["m1"]);
-    let (letter, _) = &h.sink.sent[0];
-    assert_eq!(
-        header_of(letter, header::CAUSE).as_deref(),
-        Some("missing-column")
-    );
-    let value: serde_json::Value =
-        serde_json::from_slice(letter.value.as_deref().unwrap()).unwrap();
-    assert_eq!(value["aggregate_id"], "k");
 }

@@ -411,5 +411,4 @@ fn unix_ms(pg_micros: i64) -> i64 {
 }
 
 #[cfg(test)]
-#[path = "relay_tests.rs"]
 mod tests;
