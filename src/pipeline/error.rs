@@ -66,3 +66,30 @@ impl PipelineError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::RDKafkaErrorCode;
+
+    use super::*;
+
+    fn delivery(permanent: bool) -> PipelineError {
+        PipelineError::Delivery(DeliveryError {
+            code: RDKafkaErrorCode::MessageTimedOut,
+            reason: "timed out".into(),
+            topic: "t".into(),
+            event_id: "e".into(),
+            permanent,
+            refused: None,
+        })
+    }
+
+    #[test]
+    fn only_a_closed_stream_and_retryable_deliveries_are_transient_here() {
+        assert!(PipelineError::StreamClosed.is_transient());
+        assert!(delivery(false).is_transient());
+        assert!(!delivery(true).is_transient());
+        assert!(!PipelineError::UnexpectedMessage("Stream Start").is_transient());
+        assert!(!PipelineError::Tracker(UnknownTxn(1)).is_transient());
+    }
+}
