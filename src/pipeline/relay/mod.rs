@@ -1,6 +1,6 @@
 //! [`Relay`], the sans-I/O core of a session: every decision of the relay loop,
 //! driven by its inputs, answering through a [`Sink`] and a few queries. The
-//! session ([`super::session`]) only moves bytes between the stream, the sink and
+//! session ([`Session`](super::Session)) only moves bytes between the stream, the sink and
 //! this core, and keeps time.
 //!
 //! ```text
