@@ -13,7 +13,8 @@
 //! - [`outbox`]: row → event ([`outbox::event`]) and topic rules ([`outbox::routing`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
-//! - [`pipeline`]: one session's relay loop and the per-transaction ack tracker.
+//! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
+//!   `select!` loop) and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`state`]: the state file, the last confirmed LSN on local disk.
 //! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost, …).

@@ -5,7 +5,8 @@
 //! - [`routing`]: the topic template (Debezium's `${routedByValue}` syntax) and key rules.
 //! - [`tables`]: which relations are outbox tables, per relation id.
 //! - [`record`]: event → Kafka record (topic, key, value, headers, timestamp).
-//! - [`invalid`]: poison rows — causes, the `--on-invalid` policy, dead letters.
+//! - [`invalid`]: poison rows — causes, checks, the `--on-invalid` policy, dead
+//!   letters, and the error that stops the relay on one.
 //! - [`json`]: the JSON syntax check for payloads in `text` columns.
 
 pub mod event;

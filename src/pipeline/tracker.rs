@@ -142,6 +142,12 @@ impl AckTracker {
         self.bytes
     }
 
+    /// The number of the oldest transaction not yet confirmed (the next one to
+    /// begin when there is none): no record of an earlier one is in flight.
+    pub fn oldest(&self) -> u64 {
+        self.front
+    }
+
     /// Transactions not yet confirmed (open or waiting for acks).
     pub fn pending_txns(&self) -> usize {
         self.txns.len()
@@ -169,6 +175,7 @@ mod tests {
         // a's last ack releases both.
         assert_eq!(t.acked(a, 10).unwrap(), Some(Lsn(200)));
         assert!(t.is_idle());
+        assert_eq!(t.oldest(), b + 1, "both popped");
         assert_eq!(t.in_flight_bytes(), 0);
     }
 

@@ -1,0 +1,98 @@
+//! Poison rows: outbox rows that cannot become the record the contract promises,
+//! and what the relay does with each (`--on-invalid`).
+//!
+//! Owns everything about a poison row except the relay's LSN accounting: the list
+//! of causes, the per-cause policy (`fail`, `dlq`, `skip`), the checks that find a
+//! cause, every record a poison row becomes (dead letter, unmapped stand-in, what is
+//! left of a broker-refused record), and the error that stops the relay with the
+//! fix for each cause. The pipeline applies the action (one function,
+//! `pipeline::relay`) and accounts the dead letter against the row's transaction.
+//!
+//! Files:
+//! - `mod.rs`: [`Cause`] and [`Invalid`] (one row's diagnosis);
+//! - `check.rs`: [`check`], the causes found on a built record;
+//! - `policy.rs`: [`Action`] and [`InvalidPolicy`] (`--on-invalid`, `--dlq-topic`);
+//! - `records.rs`: [`dead_letter`], [`unmapped_row`], [`refused_by_broker`] and the
+//!   dead-letter [`header`] names;
+//! - `poison.rs`: [`PoisonRow`], the error of `--on-invalid fail`, and its fix texts.
+//!
+//! Causes:
+//! - `null-key`: the key column is NULL or empty (no partition, no per-key order);
+//! - `invalid-topic`: the routing value renders an illegal Kafka topic name;
+//! - `too-large`: the producer or the broker refuses the record's size;
+//! - `invalid-json`: the payload column is not `json`/`jsonb` and its text is not
+//!   one JSON value (also catches invalid UTF-8);
+//! - `missing-column`: the outbox table no longer has a mapped column (renamed or
+//!   dropped) — the row cannot be mapped at all.
+//!
+//! Invariants: the default for every cause is `fail`, so nothing is dropped unless
+//! the operator said so; a dead-letter record carries the row's bytes unchanged
+//! (except a `too-large` payload, which is omitted and said so in a header) plus the
+//! cause and reason in headers; checks never panic and never allocate on a valid row.
+
+mod check;
+mod poison;
+mod policy;
+mod records;
+
+pub use check::check;
+pub use poison::{fix_for, PoisonRow};
+pub use policy::{Action, InvalidPolicy, PolicyError, DEFAULT_DLQ_TOPIC};
+pub use records::{
+    dead_letter, header, missing_column, refused_by_broker, unmapped_row, BrokerRefusal, Origin,
+};
+
+/// Why a row cannot be relayed as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Key column NULL or empty.
+    NullKey,
+    /// Routing value yields an illegal topic name.
+    InvalidTopic,
+    /// Record larger than the producer or broker accepts.
+    TooLarge,
+    /// Text payload that is not JSON.
+    InvalidJson,
+    /// A mapped column is missing from the table.
+    MissingColumn,
+}
+
+impl Cause {
+    /// Every cause, in the order of [`Cause::index`].
+    pub const ALL: [Cause; 5] = [
+        Cause::NullKey,
+        Cause::InvalidTopic,
+        Cause::TooLarge,
+        Cause::InvalidJson,
+        Cause::MissingColumn,
+    ];
+
+    /// The name used in `--on-invalid`, headers, logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::NullKey => "null-key",
+            Cause::InvalidTopic => "invalid-topic",
+            Cause::TooLarge => "too-large",
+            Cause::InvalidJson => "invalid-json",
+            Cause::MissingColumn => "missing-column",
+        }
+    }
+
+    /// Position in [`Cause::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    fn parse(name: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// One poison row's diagnosis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    /// The cause.
+    pub cause: Cause,
+    /// A human explanation (goes into logs and the dead-letter header).
+    pub reason: String,
+}

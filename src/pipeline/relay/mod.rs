@@ -1,0 +1,414 @@
+//! [`Relay`], the sans-I/O core of a session: every decision of the relay loop,
+//! driven by its inputs, answering through a [`Sink`] and a few queries. The
+//! session ([`Session`](super::Session)) only moves bytes between the stream, the sink and
+//! this core, and keeps time.
+//!
+//! ```text
+//!  inputs                                                     outputs
+//!  on_wal(XLogData)  ─▶ Decoder ─▶ OutboxTables ─▶ record ──▶ Sink::send(record, tag)
+//!  on_wal(keepalive) ─┐              poison row ─▶ poison() ─▶ (fail | skip | dead letter)
+//!  on_delivery(tag)  ─┴▶ AckTracker (per transaction) ──────▶ to_report(): LSN to persist
+//!  retry_pending()   ─▶ the record that met a full queue        then confirm
+//!  start_drain()     ─▶ stop reading WAL                      can_read(), is_drained()
+//! ```
+//!
+//! Invariants: records reach the sink in WAL order (a record that met a full queue
+//! is retried before any later WAL is read); every record the sink took counts
+//! against its transaction until its report, so the confirmable LSN is the tracker's
+//! contiguous low-water mark, or a keepalive's WAL end while no transaction is open
+//! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
+//! `poison`), and its dead letter joins the row's transaction; a report of another
+//! session's generation changes nothing. No allocation per event beyond the record
+//! itself: records go straight to the sink.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::error::PipelineError;
+use super::sink::Sink;
+use super::tag::DeliveryTag;
+use super::tracker::AckTracker;
+use super::{OnUpdate, PipelineConfig, SessionStats};
+use crate::kafka::producer::{Delivery, DeliveryError, SendError};
+use crate::metrics::Metrics;
+use crate::outbox::invalid::{self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow};
+use crate::outbox::record::KafkaRecord;
+use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::pg::lsn::Lsn;
+use crate::pg::pgoutput::{Decoder, Insert, PgOutputMessage};
+use crate::pg::protocol::ReplicationMessage;
+use crate::pg::timestamp;
+
+/// The open transaction.
+struct Txn {
+    no: u64,
+    commit_time: i64,
+}
+
+/// A record that met a full producer queue, to be sent again before anything else.
+struct Pending {
+    record: KafkaRecord,
+    txn: u64,
+    /// Where the row came from (for a dead letter if the producer refuses its size).
+    origin: Origin,
+}
+
+/// The decisions of one replication session.
+pub struct Relay<'a> {
+    cfg: &'a PipelineConfig,
+    metrics: Arc<Metrics>,
+    tags: DeliveryTag,
+    decoder: Decoder,
+    tables: OutboxTables,
+    tracker: AckTracker,
+    txn: Option<Txn>,
+    pending: Option<Pending>,
+    draining: bool,
+    /// The last LSN the caller persisted and confirmed.
+    reported: Lsn,
+    stats: SessionStats,
+}
+
+impl<'a> Relay<'a> {
+    /// The core of a session with `generation` (see [`DeliveryTag`]).
+    pub fn new(cfg: &'a PipelineConfig, generation: u16, metrics: Arc<Metrics>) -> Self {
+        Self {
+            cfg,
+            metrics,
+            tags: DeliveryTag::new(generation),
+            decoder: Decoder::new(),
+            tables: OutboxTables::new(cfg.tables.clone()),
+            tracker: AckTracker::new(),
+            txn: None,
+            pending: None,
+            draining: false,
+            reported: Lsn::INVALID,
+            stats: SessionStats::default(),
+        }
+    }
+
+    /// One message of the replication stream.
+    pub fn on_wal<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        message: ReplicationMessage,
+    ) -> Result<(), PipelineError> {
+        match message {
+            ReplicationMessage::XLogData {
+                wal_start, data, ..
+            } => self.on_pgoutput(sink, wal_start, data),
+            ReplicationMessage::PrimaryKeepalive { wal_end, .. } => {
+                // Nothing open and nothing in flight: everything up to the server's
+                // WAL end holds no undelivered outbox row. Confirming it keeps an idle
+                // outbox on a busy database from pinning WAL.
+                if self.txn.is_none() {
+                    self.tracker.confirm_idle(wal_end);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// One delivery report. An ack moves the low-water mark; a size refusal of a
+    /// row becomes a poison row; any other failure ends the session.
+    pub fn on_delivery<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        delivery: Delivery,
+    ) -> Result<(), PipelineError> {
+        let Some(txn) = self.tags.unpack(delivery.tag, self.tracker.oldest()) else {
+            return Ok(()); // a record of an earlier session: it will be resent anyway
+        };
+        match delivery.result {
+            Ok(()) => {
+                self.stats.acked += 1;
+                let latency = timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
+                self.stats.latency.record_micros(latency);
+                self.metrics.observe_latency_micros(latency);
+            }
+            // The refused record counts as done once its dead letter (if any) is in
+            // flight, so the transaction cannot complete before the letter is acked.
+            Err(err) => self.on_refused(sink, err, txn, delivery.size)?,
+        }
+        self.tracker.acked(txn, delivery.size)?;
+        Ok(())
+    }
+
+    /// Send the record that met a full queue again (not while draining: it was
+    /// never handed over, so it is dropped at shutdown and resent from the slot).
+    pub fn retry_pending<S: Sink>(&mut self, sink: &mut S) -> Result<(), PipelineError> {
+        if self.draining {
+            return Ok(());
+        }
+        match self.pending.take() {
+            Some(Pending {
+                record,
+                txn,
+                origin,
+            }) => self.send(sink, record, txn, origin),
+            None => Ok(()),
+        }
+    }
+
+    /// Shutdown: read no more WAL, wait for what is in flight.
+    pub fn start_drain(&mut self) {
+        self.draining = true;
+        // A record still waiting for queue space was never handed over.
+        self.pending = None;
+    }
+
+    /// Whether more WAL may be read: not draining, no record waiting for queue
+    /// space, and under both in-flight caps.
+    pub fn can_read(&self) -> bool {
+        !self.draining
+            && self.pending.is_none()
+            && self.tracker.in_flight_records() < self.cfg.max_in_flight_records
+            && self.tracker.in_flight_bytes() < self.cfg.max_in_flight_bytes
+    }
+
+    /// Draining and nothing is in flight any more.
+    pub fn is_drained(&self) -> bool {
+        self.draining && self.tracker.in_flight_records() == 0
+    }
+
+    /// The confirmable LSN when it moved past the last one [reported](Self::reported):
+    /// persist it, confirm it, then report it.
+    pub fn to_report(&self) -> Option<Lsn> {
+        let confirmed = self.tracker.confirmed();
+        (confirmed > self.reported).then_some(confirmed)
+    }
+
+    /// The caller persisted and confirmed `lsn`.
+    pub fn reported(&mut self, lsn: Lsn) {
+        self.reported = self.reported.max(lsn);
+    }
+
+    /// The confirmable LSN (the tracker's low-water mark).
+    pub fn confirmed(&self) -> Lsn {
+        self.tracker.confirmed()
+    }
+
+    /// The delivery accounting, for gauges and progress lines.
+    pub fn tracker(&self) -> &AckTracker {
+        &self.tracker
+    }
+
+    /// Whether a record waits for queue space.
+    pub fn waiting_for_queue(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Counters so far (`confirmed` and `drain_timed_out` are the session's to set).
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    fn on_pgoutput<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        lsn: Lsn,
+        data: Bytes,
+    ) -> Result<(), PipelineError> {
+        let message = self
+            .decoder
+            .decode(data)
+            .map_err(|source| PipelineError::Decode { lsn, source })?;
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                let no = self.tracker.begin(begin.commit_time);
+                self.txn = Some(Txn {
+                    no,
+                    commit_time: begin.commit_time,
+                });
+            }
+            PgOutputMessage::Commit(commit) => {
+                if let Some(txn) = self.txn.take() {
+                    self.tracker.commit(txn.no, commit.end_lsn)?;
+                }
+            }
+            PgOutputMessage::Relation(relation) => {
+                if let Err(missing) = self.tables.on_relation(&relation) {
+                    // Its rows are poison from now on; --on-invalid decides per row.
+                    tracing::warn!(error = %missing, "outbox table no longer matches the column mapping; its rows are handled by --on-invalid missing-column");
+                }
+            }
+            PgOutputMessage::Insert(insert) => self.on_insert(sink, lsn, &insert)?,
+            PgOutputMessage::Update(update) => self.on_update("UPDATE", update.relation_id, lsn)?,
+            PgOutputMessage::Delete(delete) => self.on_update("DELETE", delete.relation_id, lsn)?,
+            PgOutputMessage::StreamStart(_) => {
+                return Err(PipelineError::UnexpectedMessage("Stream Start"))
+            }
+            PgOutputMessage::BeginPrepare(_) => {
+                return Err(PipelineError::UnexpectedMessage("Begin Prepare"))
+            }
+            // Origin, Type, Truncate, logical decoding messages: nothing to relay.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_insert<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        lsn: Lsn,
+        insert: &Insert,
+    ) -> Result<(), PipelineError> {
+        let route =
+            self.tables
+                .route(insert.relation_id)
+                .ok_or(PipelineError::UnknownRelation {
+                    lsn,
+                    relid: insert.relation_id,
+                })?;
+        let Some(txn) = &self.txn else { return Ok(()) };
+        let (no, commit_time) = (txn.no, txn.commit_time);
+        let (record, invalid, table) = match route {
+            RelationRoute::Ignore => return Ok(()),
+            RelationRoute::Outbox(table, mapping, template) => {
+                let event = mapping.event(&insert.tuple);
+                let record = KafkaRecord::from_event(&event, template, commit_time);
+                match invalid::check(&record, mapping.payload_unchecked()) {
+                    None => return self.send(sink, record, no, Origin::default()),
+                    Some(invalid) => (record, invalid, table),
+                }
+            }
+            RelationRoute::Unmapped(u) => {
+                let record =
+                    invalid::unmapped_row(&u.columns, u.id, &insert.tuple, unix_ms(commit_time));
+                (record, invalid::missing_column(&u.missing), &u.table)
+            }
+        };
+        let origin = Origin {
+            table: Some(table.to_string()),
+            lsn: Some(lsn.to_string()),
+        };
+        self.poison(sink, invalid, record, no, origin)
+    }
+
+    fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
+        let table = match self.tables.route(relid) {
+            Some(RelationRoute::Outbox(table, _, _)) => table,
+            Some(RelationRoute::Unmapped(u)) => &u.table,
+            _ => return Ok(()),
+        };
+        match self.cfg.on_update {
+            OnUpdate::Ignore => Ok(()),
+            OnUpdate::Warn => {
+                tracing::warn!(op, table = %table, lsn = %lsn, "ignoring change to an outbox row");
+                Ok(())
+            }
+            OnUpdate::Fail => Err(PipelineError::UpdateOnOutbox {
+                op,
+                table: table.clone(),
+                lsn,
+            }),
+        }
+    }
+
+    fn send<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        record: KafkaRecord,
+        txn: u64,
+        origin: Origin,
+    ) -> Result<(), PipelineError> {
+        match sink.send(&record, self.tags.pack(txn)) {
+            Ok(()) => {
+                self.tracker.sent(txn, record.size())?;
+                self.stats.produced += 1;
+                Ok(())
+            }
+            Err(SendError::QueueFull) => {
+                self.pending = Some(Pending {
+                    record,
+                    txn,
+                    origin,
+                });
+                Ok(())
+            }
+            // librdkafka refused the size up front (message.max.bytes).
+            Err(SendError::Refused(err))
+                if err.is_too_large() && record.topic != self.cfg.invalid.dlq_topic =>
+            {
+                let invalid = Invalid {
+                    cause: Cause::TooLarge,
+                    reason: err.reason.clone(),
+                };
+                self.poison(sink, invalid, record, txn, origin)
+            }
+            Err(SendError::Refused(err)) => Err(err.into()),
+        }
+    }
+
+    /// A record of `txn` the broker did not take. Only a size refusal of a row (not
+    /// of a dead letter) whose cause is not set to `fail` becomes a poison row.
+    fn on_refused<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        err: DeliveryError,
+        txn: u64,
+        size: usize,
+    ) -> Result<(), PipelineError> {
+        if !err.is_too_large()
+            || err.topic == self.cfg.invalid.dlq_topic
+            || self.cfg.invalid.action(Cause::TooLarge) == Action::Fail
+        {
+            return Err(err.into());
+        }
+        let refused = err.refused.as_deref();
+        let (record, invalid) = invalid::refused_by_broker(BrokerRefusal {
+            topic: &err.topic,
+            event_id: &err.event_id,
+            key: refused.and_then(|r| r.key.clone()),
+            event_type: refused.and_then(|r| r.event_type.clone()),
+            reason: &err.reason,
+            size,
+            commit_ms: unix_ms(self.tracker.commit_time(txn)?),
+        });
+        self.poison(sink, invalid, record, txn, Origin::default())
+    }
+
+    /// The one entry of a poison row of transaction `txn`: apply `--on-invalid`. A
+    /// dead letter joins the transaction like any record, so the LSN passes the row
+    /// only once the dead letter is acked; a skipped row never enters the tracker.
+    fn poison<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        invalid: Invalid,
+        record: KafkaRecord,
+        txn: u64,
+        origin: Origin,
+    ) -> Result<(), PipelineError> {
+        let action = self.cfg.invalid.action(invalid.cause);
+        self.metrics.invalid_row(invalid.cause, action);
+        let event_id = record.id_text();
+        if action == Action::Fail {
+            let row = PoisonRow::new(invalid, event_id, origin);
+            return Err(PipelineError::Invalid(Box::new(row)));
+        }
+        tracing::warn!(
+            cause = invalid.cause.name(),
+            reason = %invalid.reason,
+            event_id,
+            table = origin.table.as_deref().unwrap_or(""),
+            lsn = origin.lsn.as_deref().unwrap_or(""),
+            action = action.name(),
+            "poison row: {} (--on-invalid)",
+            if action == Action::Skip { "skipping" } else { "dead-lettering" }
+        );
+        if action == Action::Skip {
+            return Ok(());
+        }
+        let letter = invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
+        self.send(sink, letter, txn, origin)
+    }
+}
+
+/// A PostgreSQL timestamp (µs since 2000-01-01) as ms since the Unix epoch.
+fn unix_ms(pg_micros: i64) -> i64 {
+    timestamp::to_unix_micros(pg_micros).div_euclid(1000)
+}
+
+#[cfg(test)]
+mod tests;

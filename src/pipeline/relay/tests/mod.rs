@@ -1,0 +1,400 @@
+//! Unit tests of the relay core: pgoutput bytes in (built with
+//! [`encode`]), records out into a `Vec` sink, delivery reports back.
+//! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
+//! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows.
+
+mod poison;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::*;
+use crate::kafka::producer::RefusedRecord;
+use crate::outbox::event::ColumnMapping;
+use crate::outbox::invalid::{header, InvalidPolicy};
+use crate::outbox::routing::TopicTemplate;
+use crate::outbox::tables::TableSpec;
+use crate::pg::catalog::TableName;
+use crate::pg::pgoutput::encode::encode;
+use crate::pg::pgoutput::{Begin, ColumnValue, Commit, Relation, StreamStart, TupleData, Update};
+
+const GENERATION: u16 = 3;
+const RELID: u32 = 16_384;
+const COLUMNS: [&str; 5] = [
+    "id",
+    "aggregate_type",
+    "aggregate_id",
+    "event_type",
+    "payload",
+];
+/// Bytes one test record counts in flight: key `k` + `{}` + `outbox.event.order`.
+const RECORD_SIZE: usize = 1 + 2 + 18;
+
+/// Takes every record, except that it answers the next sends from `answers`.
+#[derive(Default)]
+struct VecSink {
+    sent: Vec<(KafkaRecord, usize)>,
+    answers: VecDeque<SendError>,
+}
+
+impl Sink for VecSink {
+    fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
+        match self.answers.pop_front() {
+            Some(err) => Err(err),
+            None => {
+                self.sent.push((record.clone(), tag));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn config() -> PipelineConfig {
+    PipelineConfig {
+        tables: vec![TableSpec {
+            table: TableName::parse("public.outbox").unwrap(),
+            mapping: ColumnMapping::default(),
+            template: TopicTemplate::default(),
+        }],
+        on_update: OnUpdate::Ignore,
+        invalid: InvalidPolicy::default(),
+        max_in_flight_records: 100,
+        max_in_flight_bytes: 1 << 20,
+        drain_timeout: Duration::from_secs(1),
+        status_interval: Duration::from_millis(100),
+    }
+}
+
+fn policy(spec: &str) -> InvalidPolicy {
+    InvalidPolicy::parse(&[spec.to_owned()], "dead").unwrap()
+}
+
+fn text(s: &str) -> ColumnValue {
+    ColumnValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// An outbox row with id `id`; `key` `None` makes it a `null-key` poison row.
+fn row(id: &str, key: Option<&str>) -> PgOutputMessage {
+    PgOutputMessage::Insert(Insert {
+        xid: None,
+        relation_id: RELID,
+        tuple: TupleData(vec![
+            text(id),
+            text("order"),
+            key.map_or(ColumnValue::Null, text),
+            text("Created"),
+            text("{}"),
+        ]),
+    })
+}
+
+fn too_large(topic: &str, event_id: &str, refused: Option<RefusedRecord>) -> DeliveryError {
+    DeliveryError {
+        code: RDKafkaErrorCode::MessageSizeTooLarge,
+        reason: "Broker: Message size too large".into(),
+        topic: topic.into(),
+        event_id: event_id.into(),
+        permanent: true,
+        refused: refused.map(Box::new),
+    }
+}
+
+/// A relay fed like a session feeds it, with a `Vec` sink.
+struct Harness<'a> {
+    relay: Relay<'a>,
+    sink: VecSink,
+    lsn: u64,
+}
+
+impl<'a> Harness<'a> {
+    fn new(cfg: &'a PipelineConfig) -> Self {
+        let mut h = Self {
+            relay: Relay::new(cfg, GENERATION, Arc::new(Metrics::default())),
+            sink: VecSink::default(),
+            lsn: 0x1000,
+        };
+        let relation = Relation::text_columns(RELID, "outbox", &COLUMNS);
+        h.wal(PgOutputMessage::Relation(relation)).unwrap();
+        h
+    }
+
+    fn wal(&mut self, message: PgOutputMessage) -> Result<(), PipelineError> {
+        self.lsn += 0x10;
+        let message = ReplicationMessage::XLogData {
+            wal_start: Lsn(self.lsn),
+            wal_end: Lsn(self.lsn),
+            server_time: 0,
+            data: encode(&message, false),
+        };
+        self.relay.on_wal(&mut self.sink, message)
+    }
+
+    fn begin(&mut self) {
+        let begin = Begin {
+            final_lsn: Lsn(0),
+            commit_time: 0,
+            xid: 1,
+        };
+        self.wal(PgOutputMessage::Begin(begin)).unwrap();
+    }
+
+    fn commit(&mut self, end: u64) {
+        let commit = Commit {
+            flags: 0,
+            commit_lsn: Lsn(end),
+            end_lsn: Lsn(end),
+            commit_time: 0,
+        };
+        self.wal(PgOutputMessage::Commit(commit)).unwrap();
+    }
+
+    /// One transaction of good rows, committed at `end`.
+    fn txn(&mut self, ids: &[&str], end: u64) {
+        self.begin();
+        for id in ids {
+            self.wal(row(id, Some("k"))).unwrap();
+        }
+        self.commit(end);
+    }
+
+    fn keepalive(&mut self, wal_end: u64) {
+        let keepalive = ReplicationMessage::PrimaryKeepalive {
+            wal_end: Lsn(wal_end),
+            server_time: 0,
+            reply_requested: false,
+        };
+        self.relay.on_wal(&mut self.sink, keepalive).unwrap();
+    }
+
+    fn deliver(
+        &mut self,
+        tag: usize,
+        result: Result<(), DeliveryError>,
+    ) -> Result<(), PipelineError> {
+        let size = RECORD_SIZE;
+        let delivery = Delivery { tag, size, result };
+        self.relay.on_delivery(&mut self.sink, delivery)
+    }
+
+    /// Ack the `i`-th record the sink took.
+    fn ack(&mut self, i: usize) {
+        let (record, tag) = &self.sink.sent[i];
+        let delivery = Delivery {
+            tag: *tag,
+            size: record.size(),
+            result: Ok(()),
+        };
+        self.relay.on_delivery(&mut self.sink, delivery).unwrap();
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.sink.sent.iter().map(|(r, _)| r.id_text()).collect()
+    }
+
+    fn tags(&self) -> Vec<usize> {
+        self.sink.sent.iter().map(|(_, t)| *t).collect()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.relay.tracker().in_flight_records()
+    }
+}
+
+fn tag(txn: u64) -> usize {
+    DeliveryTag::new(GENERATION).pack(txn)
+}
+
+fn header_of(record: &KafkaRecord, name: &str) -> Option<String> {
+    let (_, value) = record.headers.iter().find(|(n, _)| *n == name)?;
+    Some(String::from_utf8_lossy(value).into_owned())
+}
+
+#[test]
+fn records_reach_the_sink_in_wal_order_tagged_by_transaction() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2", "a3"], 0x100);
+    h.txn(&["b1"], 0x200);
+    assert_eq!(h.ids(), ["a1", "a2", "a3", "b1"]);
+    assert_eq!(h.tags(), [tag(0), tag(0), tag(0), tag(1)]);
+    let (first, _) = &h.sink.sent[0];
+    assert_eq!(first.topic, "outbox.event.order");
+    assert_eq!(first.size(), RECORD_SIZE);
+    assert_eq!((h.in_flight(), h.relay.stats().produced), (4, 4));
+}
+
+#[test]
+fn the_record_cap_stops_reading_until_an_ack() {
+    let cfg = PipelineConfig {
+        max_in_flight_records: 2,
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    assert!(h.relay.can_read());
+    h.wal(row("a2", Some("k"))).unwrap();
+    assert!(!h.relay.can_read(), "2 records in flight");
+    h.ack(1);
+    assert!(h.relay.can_read());
+}
+
+#[test]
+fn the_byte_cap_stops_reading_until_an_ack() {
+    let cfg = PipelineConfig {
+        max_in_flight_bytes: 2 * RECORD_SIZE,
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    assert!(h.relay.can_read());
+    h.wal(row("a2", Some("k"))).unwrap();
+    assert!(!h.relay.can_read(), "{} bytes in flight", 2 * RECORD_SIZE);
+    h.ack(0);
+    assert!(h.relay.can_read());
+    assert_eq!(h.relay.tracker().in_flight_bytes(), RECORD_SIZE);
+}
+
+#[test]
+fn acks_confirm_only_the_contiguous_prefix() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2"], 0x100);
+    h.txn(&["b1"], 0x200);
+    assert_eq!(h.relay.to_report(), None);
+    h.ack(2); // b1: b is done, but a is not
+    h.ack(1);
+    assert_eq!((h.relay.confirmed(), h.relay.to_report()), (Lsn(0), None));
+    h.ack(0);
+    assert_eq!(h.relay.to_report(), Some(Lsn(0x200)), "a and b at once");
+    h.relay.reported(Lsn(0x200));
+    assert_eq!(h.relay.to_report(), None, "reported once");
+    h.txn(&["c1"], 0x300);
+    h.ack(3);
+    assert_eq!(h.relay.to_report(), Some(Lsn(0x300)));
+    assert_eq!(h.relay.stats().acked, 4);
+}
+
+#[test]
+fn a_keepalive_confirms_the_wal_end_only_when_nothing_is_open_or_in_flight() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.keepalive(0x500);
+    assert_eq!(h.relay.confirmed(), Lsn(0), "a transaction is open");
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.commit(0x100);
+    h.keepalive(0x600);
+    assert_eq!(h.relay.confirmed(), Lsn(0), "a1 is in flight");
+    h.ack(0);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+    h.keepalive(0x700);
+    assert_eq!(h.relay.confirmed(), Lsn(0x700));
+    h.keepalive(0x650);
+    assert_eq!(h.relay.confirmed(), Lsn(0x700), "never backwards");
+}
+
+#[test]
+fn a_full_queue_holds_the_record_and_reading_until_it_is_taken() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.sink.answers = VecDeque::from([SendError::QueueFull, SendError::QueueFull]);
+    h.wal(row("a2", Some("k"))).unwrap();
+    assert!(!h.relay.can_read() && h.relay.waiting_for_queue());
+    h.relay.retry_pending(&mut h.sink).unwrap();
+    assert!(!h.relay.can_read(), "still full");
+    h.relay.retry_pending(&mut h.sink).unwrap();
+    assert!(h.relay.can_read());
+    h.wal(row("a3", Some("k"))).unwrap();
+    assert_eq!(h.ids(), ["a1", "a2", "a3"]);
+    assert_eq!((h.in_flight(), h.relay.stats().produced), (3, 3));
+}
+
+#[test]
+fn reports_of_another_generation_change_nothing() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1"], 0x100);
+    let stale = DeliveryTag::new(GENERATION - 1).pack(0);
+    h.deliver(stale, Ok(())).unwrap();
+    let failed = Err(too_large("outbox.event.order", "a1", None));
+    h.deliver(stale, failed).unwrap();
+    assert_eq!((h.in_flight(), h.relay.stats().acked), (1, 0));
+    assert_eq!(h.relay.confirmed(), Lsn(0));
+    h.ack(0);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+}
+
+#[test]
+fn the_drain_drops_the_waiting_record_and_completes_at_zero_in_flight() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.sink.answers = VecDeque::from([SendError::QueueFull]);
+    h.wal(row("a2", Some("k"))).unwrap();
+    assert!(!h.relay.is_drained(), "not draining");
+    h.relay.start_drain();
+    assert!(!h.relay.waiting_for_queue() && !h.relay.can_read());
+    h.relay.retry_pending(&mut h.sink).unwrap();
+    assert_eq!(h.ids(), ["a1"], "nothing more is sent while draining");
+    assert!(!h.relay.is_drained(), "a1 in flight");
+    h.ack(0);
+    assert!(h.relay.is_drained());
+    assert_eq!(
+        h.relay.confirmed(),
+        Lsn(0),
+        "the transaction never committed"
+    );
+}
+
+#[test]
+fn updates_follow_on_update_and_unexpected_messages_stop() {
+    let update = || {
+        PgOutputMessage::Update(Update {
+            xid: None,
+            relation_id: RELID,
+            old: None,
+            new: TupleData(vec![]),
+        })
+    };
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(update()).unwrap();
+    let start = StreamStart {
+        xid: 9,
+        first_segment: true,
+    };
+    let err = h.wal(PgOutputMessage::StreamStart(start)).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::UnexpectedMessage("Stream Start")),
+        "{err:?}"
+    );
+
+    let cfg = PipelineConfig {
+        on_update: OnUpdate::Fail,
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    let err = h.wal(update()).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::UpdateOnOutbox { op: "UPDATE", .. }),
+        "{err:?}"
+    );
+    let mut unknown = row("x", Some("k"));
+    if let PgOutputMessage::Insert(insert) = &mut unknown {
+        insert.relation_id = 7;
+    }
+    let err = h.wal(unknown).unwrap_err();
+    assert!(
+        matches!(err, PipelineError::UnknownRelation { relid: 7, .. }),
+        "{err:?}"
+    );
+}

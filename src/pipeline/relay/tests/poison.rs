@@ -1,0 +1,192 @@
+//! Poison rows in the relay core: each `--on-invalid` action, the size refusals
+//! at send and by the broker, and rows of a table that lost a mapped column.
+
+use super::*;
+
+#[test]
+fn a_poison_row_with_fail_stops_the_relay_naming_the_row() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    let err = h.wal(row("p1", None)).unwrap_err();
+    let PipelineError::Invalid(poison) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (
+            poison.cause,
+            poison.event_id.as_str(),
+            poison.table.as_str()
+        ),
+        ("null-key", "p1", "public.outbox")
+    );
+    assert_eq!(poison.lsn, Lsn(h.lsn).to_string());
+    assert_eq!(h.ids(), ["a1"]);
+}
+
+#[test]
+fn a_skipped_poison_row_is_not_in_flight() {
+    let cfg = PipelineConfig {
+        invalid: policy("null-key=skip"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.wal(row("p1", None)).unwrap();
+    h.wal(row("a2", Some("k"))).unwrap();
+    h.commit(0x100);
+    assert_eq!(h.ids(), ["a1", "a2"]);
+    h.ack(0);
+    h.ack(1);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+}
+
+#[test]
+fn a_dead_letter_joins_the_transaction_in_wal_order() {
+    let cfg = PipelineConfig {
+        invalid: policy("dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.wal(row("p1", None)).unwrap();
+    let p1_lsn = Lsn(h.lsn).to_string();
+    h.commit(0x100);
+    assert_eq!(h.ids(), ["a1", "p1"]);
+    assert_eq!(h.tags(), [tag(0), tag(0)]);
+    let (letter, _) = &h.sink.sent[1];
+    assert_eq!(letter.topic, "dead");
+    assert_eq!(
+        header_of(letter, header::CAUSE).as_deref(),
+        Some("null-key")
+    );
+    assert_eq!(
+        header_of(letter, header::TABLE).as_deref(),
+        Some("public.outbox")
+    );
+    assert_eq!(header_of(letter, header::LSN), Some(p1_lsn));
+    h.ack(0);
+    assert_eq!(h.relay.confirmed(), Lsn(0), "the dead letter is in flight");
+    h.ack(1);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+}
+
+#[test]
+fn a_size_refusal_at_send_dead_letters_the_row_in_its_transaction() {
+    let cfg = PipelineConfig {
+        invalid: policy("too-large=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    let refusal = too_large("outbox.event.order", "a1", None);
+    h.sink.answers = VecDeque::from([SendError::Refused(refusal)]);
+    h.wal(row("a1", Some("k"))).unwrap();
+    h.wal(row("a2", Some("k"))).unwrap();
+    h.commit(0x100);
+    assert_eq!(h.ids(), ["a1", "a2"]);
+    let (letter, letter_tag) = &h.sink.sent[0];
+    assert_eq!((letter.topic.as_str(), *letter_tag), ("dead", tag(0)));
+    assert_eq!(
+        header_of(letter, header::PAYLOAD_OMITTED).as_deref(),
+        Some("2 bytes")
+    );
+    h.ack(1);
+    assert_eq!(h.relay.confirmed(), Lsn(0));
+    h.ack(0);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+}
+
+#[test]
+fn a_size_refusal_at_send_with_fail_or_for_a_dead_letter_stops_the_relay() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    let refusal = too_large("outbox.event.order", "a1", None);
+    h.sink.answers = VecDeque::from([SendError::Refused(refusal)]);
+    let err = h.wal(row("a1", Some("k"))).unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::Invalid(p) if p.cause == "too-large"),
+        "{err:?}"
+    );
+
+    let cfg = PipelineConfig {
+        invalid: policy("dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    let first = too_large("outbox.event.order", "a1", None);
+    let letter = too_large("dead", "a1", None);
+    h.sink.answers = VecDeque::from([SendError::Refused(first), SendError::Refused(letter)]);
+    let err = h.wal(row("a1", Some("k"))).unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::Delivery(e) if e.topic == "dead"),
+        "{err:?}"
+    );
+    assert!(h.ids().is_empty());
+}
+
+#[test]
+fn a_size_refusal_by_the_broker_becomes_a_dead_letter_before_the_row_counts_done() {
+    let cfg = PipelineConfig {
+        invalid: policy("too-large=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2"], 0x100);
+    h.ack(1); // a2: the refused a1 is the last record of its transaction
+    let refused = RefusedRecord {
+        key: Some(Bytes::from_static(b"k")),
+        event_type: Some(Bytes::from_static(b"Created")),
+    };
+    let refusal = too_large("outbox.event.order", "a1", Some(refused));
+    h.deliver(tag(0), Err(refusal)).unwrap();
+    assert_eq!(h.ids(), ["a1", "a2", "a1"]);
+    let (letter, letter_tag) = &h.sink.sent[2];
+    assert_eq!((letter.topic.as_str(), *letter_tag), ("dead", tag(0)));
+    assert_eq!(
+        (letter.key.as_deref(), letter.value.as_deref()),
+        (Some(&b"k"[..]), None)
+    );
+    assert_eq!(letter.event_type.as_deref(), Some(&b"Created"[..]));
+    assert_eq!(h.in_flight(), 1, "the dead letter");
+    assert_eq!(
+        h.relay.confirmed(),
+        Lsn(0),
+        "not before the dead letter's ack"
+    );
+    h.ack(2);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+    // The broker refusing a dead letter's size is not a poison row.
+    h.txn(&["b1"], 0x200);
+    let err = h
+        .deliver(tag(1), Err(too_large("dead", "b1", None)))
+        .unwrap_err();
+    assert!(matches!(err, PipelineError::Delivery(_)), "{err:?}");
+}
+
+#[test]
+fn rows_of_a_table_that_lost_a_mapped_column_are_missing_column_poison() {
+    let cfg = PipelineConfig {
+        invalid: policy("missing-column=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    let altered = Relation::text_columns(RELID, "outbox", &COLUMNS[..4]);
+    h.wal(PgOutputMessage::Relation(altered)).unwrap();
+    h.begin();
+    h.wal(row("m1", Some("k"))).unwrap();
+    assert_eq!(h.ids(), ["m1"]);
+    let (letter, _) = &h.sink.sent[0];
+    assert_eq!(
+        header_of(letter, header::CAUSE).as_deref(),
+        Some("missing-column")
+    );
+    let value: serde_json::Value =
+        serde_json::from_slice(letter.value.as_deref().unwrap()).unwrap();
+    assert_eq!(value["aggregate_id"], "k");
+}

@@ -1,0 +1,220 @@
+//! [`Session`], the I/O shell of one replication session: it moves bytes between
+//! the replication stream, the producer and the [`Relay`] core, keeps time (status
+//! tick, drain deadline, progress) and is the one place an LSN goes to disk and then
+//! to the server.
+//!
+//! Invariants: an LSN is confirmed only after [`Checkpoint::persist`] returned for
+//! it, during the session (status tick) and at its end; a session that ends by a
+//! completed drain flushes the producer (bounded by what is left of the drain
+//! timeout) before that last confirmation.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::error::PipelineError;
+use super::progress::{self, PROGRESS_INTERVAL};
+use super::relay::Relay;
+use super::{PipelineConfig, SessionStats};
+use crate::kafka::producer::{Delivery, KafkaSink};
+use crate::metrics::Metrics;
+use crate::pg::connection::PgError;
+use crate::pg::lsn::Lsn;
+use crate::pg::protocol::ReplicationMessage;
+use crate::pg::replication::ReplicationStream;
+use crate::state::Checkpoint;
+
+/// What woke the loop.
+enum Step {
+    Shutdown,
+    Delivery(Option<Delivery>),
+    Tick,
+    Wal(Option<Result<ReplicationMessage, PgError>>),
+    Progress,
+}
+
+/// How a session's loop ended without an error.
+enum End {
+    /// Shutdown, and every record in flight was reported before `deadline`.
+    Drained { deadline: Instant },
+    /// Shutdown, and the drain deadline passed first.
+    TimedOut,
+}
+
+/// WAL messages handled per wake-up of the loop when more are already queued.
+const WAL_BATCH: usize = 256;
+
+/// One replication session: the stream, the producer and the relay core.
+pub struct Session<'a> {
+    cfg: &'a PipelineConfig,
+    relay: Relay<'a>,
+    metrics: Arc<Metrics>,
+    /// The server's WAL end as last reported (for the lag gauge).
+    server_wal_end: Lsn,
+    sink: &'a mut KafkaSink,
+    stream: ReplicationStream,
+    /// Persists an LSN before it may be confirmed.
+    checkpoint: Checkpoint,
+}
+
+impl<'a> Session<'a> {
+    /// A session over a started stream. `generation` must differ from the previous
+    /// session's so stale delivery reports are told apart; `checkpoint` persists
+    /// every LSN before it is confirmed.
+    pub fn new(
+        cfg: &'a PipelineConfig,
+        sink: &'a mut KafkaSink,
+        stream: ReplicationStream,
+        generation: u16,
+        metrics: Arc<Metrics>,
+        checkpoint: Checkpoint,
+    ) -> Self {
+        metrics.set_replication_connected(true);
+        Self {
+            cfg,
+            relay: Relay::new(cfg, generation, metrics.clone()),
+            metrics,
+            server_wal_end: Lsn::INVALID,
+            sink,
+            stream,
+            checkpoint,
+        }
+    }
+
+    /// Run until shutdown (then drain, flush, confirm, close) or an error.
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
+        let result = self.run_loop(shutdown).await;
+        self.metrics.set_replication_connected(false);
+        if let Ok(End::Drained { deadline }) = result {
+            self.flush(deadline);
+        }
+        let mut stats = self.relay.stats().clone();
+        stats.drain_timed_out = matches!(result, Ok(End::TimedOut));
+        // Whatever happened, tell the server what is safely delivered (once on disk).
+        let confirmed = self.relay.confirmed();
+        match self.checkpoint.persist(confirmed).await {
+            Ok(()) => {
+                stats.confirmed = confirmed;
+                self.stream.confirm(confirmed);
+            }
+            Err(err) => tracing::error!(error = %err, lsn = %confirmed, "not confirming"),
+        }
+        if let Err(err) = self.stream.close().await {
+            tracing::debug!(error = %err, "closing replication stream");
+        }
+        result.map(|_| stats)
+    }
+
+    async fn run_loop(&mut self, shutdown: CancellationToken) -> Result<End, PipelineError> {
+        let mut status = tokio::time::interval(self.cfg.status_interval);
+        status.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut drain_deadline: Option<Instant> = None;
+        let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
+        progress.reset();
+        loop {
+            if let Some(deadline) = drain_deadline.filter(|_| self.relay.is_drained()) {
+                return Ok(End::Drained { deadline });
+            }
+            let can_read = self.relay.can_read();
+            let step = tokio::select! {
+                biased;
+                // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
+                _ = shutdown.cancelled(), if drain_deadline.is_none() => Step::Shutdown,
+                // PRIORITY 2: delivery reports.
+                delivery = self.sink.next_delivery() => Step::Delivery(delivery),
+                // PRIORITY 3: status timer, queue-full retry, drain deadline.
+                _ = status.tick() => Step::Tick,
+                // PRIORITY 4: new WAL, only under the in-flight caps.
+                message = self.stream.recv(), if can_read => Step::Wal(message),
+                // PRIORITY 5: a periodic progress line for operators.
+                _ = progress.tick() => Step::Progress,
+            };
+            match step {
+                Step::Shutdown => {
+                    progress::draining(&self.relay);
+                    drain_deadline = Some(Instant::now() + self.cfg.drain_timeout);
+                    self.relay.start_drain();
+                }
+                Step::Delivery(None) | Step::Wal(None) => return Err(PipelineError::StreamClosed),
+                Step::Delivery(Some(delivery)) => self.on_deliveries(delivery)?,
+                Step::Tick => {
+                    self.report_status().await?;
+                    self.relay.retry_pending(&mut *self.sink)?;
+                    if drain_deadline.is_some_and(|d| Instant::now() >= d) {
+                        progress::drain_timed_out(&self.relay);
+                        return Ok(End::TimedOut);
+                    }
+                }
+                Step::Progress => progress::log(&self.relay),
+                Step::Wal(Some(Err(err))) => return Err(err.into()),
+                Step::Wal(Some(Ok(message))) => self.on_wal_batch(message)?,
+            }
+        }
+    }
+
+    /// `first` and every report that is ready, in one go; then the record waiting
+    /// for queue space, if any.
+    fn on_deliveries(&mut self, first: Delivery) -> Result<(), PipelineError> {
+        self.relay.on_delivery(&mut *self.sink, first)?;
+        while let Some(more) = self.sink.try_next_delivery() {
+            self.relay.on_delivery(&mut *self.sink, more)?;
+        }
+        self.relay.retry_pending(&mut *self.sink)
+    }
+
+    /// `first` and what is already queued, without another round of the select
+    /// (which re-polls every branch): a backlog is read in batches, and deliveries
+    /// wait at most [`WAL_BATCH`] messages.
+    fn on_wal_batch(&mut self, first: ReplicationMessage) -> Result<(), PipelineError> {
+        self.relay.on_wal(&mut *self.sink, first)?;
+        for _ in 0..WAL_BATCH {
+            if !self.relay.can_read() {
+                break;
+            }
+            match self.stream.try_recv() {
+                Some(Ok(message)) => self.relay.on_wal(&mut *self.sink, message)?,
+                Some(Err(err)) => return Err(err.into()),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The one place an LSN goes to the server during a session: persist it, then
+    /// confirm it. At most once per tick, and only when it moved.
+    async fn report_status(&mut self) -> Result<(), PipelineError> {
+        let tracker = self.relay.tracker();
+        let confirmed = tracker.confirmed();
+        self.metrics
+            .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
+        self.metrics
+            .set_slot(confirmed.0, self.server_wal_end.bytes_since(confirmed));
+        if let Some(lsn) = self.relay.to_report() {
+            self.checkpoint.persist(lsn).await?;
+            self.stream.confirm(lsn);
+            self.stream.send_status_now();
+            self.relay.reported(lsn);
+        }
+        Ok(())
+    }
+
+    /// After a completed drain nothing of this session is left in librdkafka, but a
+    /// failed earlier session's records may be: give them what is left of the drain
+    /// time, so nothing sits in the queue when the process exits.
+    fn flush(&self, deadline: Instant) {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let flush = || self.sink.flush(remaining);
+        // librdkafka's flush blocks; on a multi-threaded runtime, tell it so.
+        let flushed = match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(flush),
+            _ => flush(),
+        };
+        if !flushed {
+            tracing::warn!(
+                in_flight = self.sink.in_flight(),
+                "producer still holds records after the drain; they will be resent from the slot"
+            );
+        }
+    }
+}

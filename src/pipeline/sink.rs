@@ -1,0 +1,21 @@
+//! [`Sink`]: where the relay core hands records, so the core runs against the real
+//! [`KafkaSink`] in a session and against a `Vec` in unit tests.
+//!
+//! Invariant: a sink answers every record like [`KafkaSink::send`] does — taken
+//! (one delivery report with `tag` follows), [`SendError::QueueFull`] (retry the same
+//! record later), or [`SendError::Refused`] (never taken, no report follows).
+
+use crate::kafka::producer::{KafkaSink, SendError};
+use crate::outbox::record::KafkaRecord;
+
+/// Takes records for delivery, tagged for their delivery report.
+pub trait Sink {
+    /// Hand one record over; see [`KafkaSink::send`].
+    fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError>;
+}
+
+impl Sink for KafkaSink {
+    fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
+        KafkaSink::send(self, record, tag)
+    }
+}
