@@ -13,8 +13,9 @@
 //! ```
 //!
 //! Invariants: records reach the sink in WAL order (a record that met a full queue
-//! is retried before any later WAL is read); every record the sink took counts
-//! against its transaction until its report, so the confirmable LSN is the tracker's
+//! is retried before any later WAL is read, during a drain too); every record
+//! handed to the sink counts against its transaction until its report — also while
+//! it waits for queue space — so the confirmable LSN is the tracker's
 //! contiguous low-water mark, or a keepalive's WAL end while no transaction is open
 //! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
@@ -135,27 +136,50 @@ impl<'a> Relay<'a> {
         Ok(())
     }
 
-    /// Send the record that met a full queue again (not while draining: it was
-    /// never handed over, so it is dropped at shutdown and resent from the slot).
+    /// Send the record that met a full queue again (also while draining: it already
+    /// counts in flight in its transaction, so the drain waits for it like for any
+    /// record the producer holds).
     pub fn retry_pending<S: Sink>(&mut self, sink: &mut S) -> Result<(), PipelineError> {
-        if self.draining {
+        let Some(Pending {
+            record,
+            txn,
+            origin,
+        }) = self.pending.take()
+        else {
             return Ok(());
-        }
-        match self.pending.take() {
-            Some(Pending {
-                record,
-                txn,
-                origin,
-            }) => self.send(sink, record, txn, origin),
-            None => Ok(()),
+        };
+        match sink.send(&record, self.tags.pack(txn)) {
+            Ok(()) => {
+                self.stats.produced += 1;
+                Ok(())
+            }
+            Err(SendError::QueueFull) => {
+                self.pending = Some(Pending {
+                    record,
+                    txn,
+                    origin,
+                });
+                Ok(())
+            }
+            Err(SendError::Refused(err)) if self.is_poison_refusal(&err, &record) => {
+                let size = record.size();
+                let invalid = Invalid {
+                    cause: Cause::TooLarge,
+                    reason: err.reason.clone(),
+                };
+                // The dead letter (if any) counts first, then the refused record is done.
+                self.poison(sink, invalid, record, txn, origin)?;
+                self.tracker.acked(txn, size)?;
+                Ok(())
+            }
+            Err(SendError::Refused(err)) => Err(err.into()),
         }
     }
 
-    /// Shutdown: read no more WAL, wait for what is in flight.
+    /// Shutdown: read no more WAL, wait for what is in flight (a record waiting for
+    /// queue space included).
     pub fn start_drain(&mut self) {
         self.draining = true;
-        // A record still waiting for queue space was never handed over.
-        self.pending = None;
     }
 
     /// Whether more WAL may be read: not draining, no record waiting for queue
@@ -306,6 +330,9 @@ impl<'a> Relay<'a> {
         }
     }
 
+    /// Hand `record` of `txn` to the sink. It counts in flight from here on, also
+    /// when the queue is full: it then waits in `pending` and keeps its transaction
+    /// open until it is sent and acked.
     fn send<S: Sink>(
         &mut self,
         sink: &mut S,
@@ -320,6 +347,7 @@ impl<'a> Relay<'a> {
                 Ok(())
             }
             Err(SendError::QueueFull) => {
+                self.tracker.sent(txn, record.size())?;
                 self.pending = Some(Pending {
                     record,
                     txn,
@@ -328,9 +356,7 @@ impl<'a> Relay<'a> {
                 Ok(())
             }
             // librdkafka refused the size up front (message.max.bytes).
-            Err(SendError::Refused(err))
-                if err.is_too_large() && record.topic != self.cfg.invalid.dlq_topic =>
-            {
+            Err(SendError::Refused(err)) if self.is_poison_refusal(&err, &record) => {
                 let invalid = Invalid {
                     cause: Cause::TooLarge,
                     reason: err.reason.clone(),
@@ -339,6 +365,12 @@ impl<'a> Relay<'a> {
             }
             Err(SendError::Refused(err)) => Err(err.into()),
         }
+    }
+
+    /// librdkafka refused `record` up front for its size, and it is a row (a dead
+    /// letter the producer refuses is not poison: it stops the relay).
+    fn is_poison_refusal(&self, err: &DeliveryError, record: &KafkaRecord) -> bool {
+        err.is_too_large() && record.topic != self.cfg.invalid.dlq_topic
     }
 
     /// A record of `txn` the broker did not take. Only a size refusal of a row (not

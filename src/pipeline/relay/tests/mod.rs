@@ -331,7 +331,7 @@ fn reports_of_another_generation_change_nothing() {
 }
 
 #[test]
-fn the_drain_drops_the_waiting_record_and_completes_at_zero_in_flight() {
+fn the_drain_still_sends_the_waiting_record_and_completes_at_zero_in_flight() {
     let cfg = config();
     let mut h = Harness::new(&cfg);
     h.begin();
@@ -340,11 +340,18 @@ fn the_drain_drops_the_waiting_record_and_completes_at_zero_in_flight() {
     h.wal(row("a2", Some("k"))).unwrap();
     assert!(!h.relay.is_drained(), "not draining");
     h.relay.start_drain();
-    assert!(!h.relay.waiting_for_queue() && !h.relay.can_read());
-    h.relay.retry_pending(&mut h.sink).unwrap();
-    assert_eq!(h.ids(), ["a1"], "nothing more is sent while draining");
-    assert!(!h.relay.is_drained(), "a1 in flight");
+    assert!(h.relay.waiting_for_queue() && !h.relay.can_read());
+    assert_eq!(h.in_flight(), 2, "the waiting record counts in flight");
     h.ack(0);
+    assert!(!h.relay.is_drained(), "a2 still waits for queue space");
+    h.relay.retry_pending(&mut h.sink).unwrap();
+    assert_eq!(
+        h.ids(),
+        ["a1", "a2"],
+        "the waiting record is sent during the drain"
+    );
+    assert!(!h.relay.is_drained(), "a2 in flight");
+    h.ack(1);
     assert!(h.relay.is_drained());
     assert_eq!(
         h.relay.confirmed(),

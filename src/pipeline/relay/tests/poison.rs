@@ -190,3 +190,34 @@ fn rows_of_a_table_that_lost_a_mapped_column_are_missing_column_poison() {
         serde_json::from_slice(letter.value.as_deref().unwrap()).unwrap();
     assert_eq!(value["aggregate_id"], "k");
 }
+
+/// Regression: a dead letter for a broker size refusal that met a full producer
+/// queue was not counted in its transaction, so the refused row's "done" completed
+/// the transaction and the LSN moved past the row before the letter was sent (the
+/// retry then failed on an unknown transaction, and the letter was never written).
+#[test]
+fn a_dead_letter_that_meets_a_full_queue_holds_its_transaction_open() {
+    let cfg = PipelineConfig {
+        invalid: policy("too-large=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1"], 0x100);
+    h.sink.answers = VecDeque::from([SendError::QueueFull]);
+    let refusal = too_large("outbox.event.order", "a1", None);
+    h.deliver(tag(0), Err(refusal)).unwrap();
+    assert!(h.relay.waiting_for_queue() && !h.relay.can_read());
+    assert_eq!(h.in_flight(), 1, "the waiting dead letter");
+    assert_eq!(h.relay.confirmed(), Lsn(0), "not before the letter is sent");
+    h.relay.retry_pending(&mut h.sink).unwrap();
+    assert_eq!(h.ids(), ["a1", "a1"]);
+    assert_eq!(h.sink.sent[1].0.topic, "dead");
+    assert_eq!(
+        h.relay.confirmed(),
+        Lsn(0),
+        "not before the letter is acked"
+    );
+    h.ack(1);
+    assert_eq!(h.relay.confirmed(), Lsn(0x100));
+    assert_eq!(h.relay.stats().produced, 2);
+}
