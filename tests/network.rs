@@ -17,7 +17,7 @@
 //! Long forms (minute-long black-holes, librdkafka's default request timeout) run
 //! with `PGOUTBOX_LONG=1`.
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::collections::HashSet;

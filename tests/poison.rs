@@ -5,7 +5,7 @@
 //! the key/route columns nullable. Each row is its own transaction, so the slot
 //! position tells exactly which rows the relay has passed.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `pgoutbox run` end to end: real PostgreSQL, real Kafka-protocol broker (tansu),
 //! records read back with rdkafka over real sockets.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

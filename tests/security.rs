@@ -4,7 +4,7 @@
 //! terminator) and fails clearly with a wrong CA or password; and Kafka secrets never
 //! reach `config show`, logs or error messages.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};

@@ -8,7 +8,7 @@
 //! Real PostgreSQL (the shared cluster, plus one private cluster with a tiny
 //! `max_slot_wal_keep_size`) and the tansu broker.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! `pgoutbox tail` against a real PostgreSQL: exactly-once, commit order, rollbacks,
 //! payload fidelity, slot hygiene, publication handling.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! right CA and host name, fails clearly on a host-name mismatch or an unknown CA;
 //! verify-ca skips the host name; both connections (replication + catalog) use it.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -4,7 +4,7 @@
 //! Both connections are exercised: the replication connection (our own protocol
 //! code) and the catalog connection (tokio-postgres with our TLS connector).
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 

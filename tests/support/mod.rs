@@ -1,4 +1,4 @@
-//! Test harness: a private PostgreSQL cluster per test binary, a fresh database per
+//! Test harness: a private PostgreSQL cluster per test process, a fresh database per
 //! test, and helpers to run the `pgoutbox` binary and wait for conditions.
 //!
 //! The cluster uses the server binaries of `pg_config --bindir` (or
@@ -10,8 +10,6 @@
 //! Authentication layout (pg_hba.conf): members of role `md5_users` must use md5,
 //! members of `scram_users` must use scram-sha-256, everyone else is trusted on
 //! 127.0.0.1, so auth tests create a user and grant it one of those roles.
-
-#![allow(dead_code)]
 
 pub mod kafka;
 pub mod proxy;
