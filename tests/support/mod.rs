@@ -164,8 +164,10 @@ impl PgCluster {
             format!("port = {port}"),
             format!("unix_socket_directories = '{}'", root.display()),
             "wal_level = logical".into(),
-            "max_wal_senders = 30".into(),
-            "max_replication_slots = 30".into(),
+            // Every test of the process has its own slot on the shared cluster, and
+            // most leave it behind when they end: room for all of them.
+            "max_wal_senders = 60".into(),
+            "max_replication_slots = 250".into(),
             "max_connections = 100".into(),
             "fsync = off".into(),
             "synchronous_commit = on".into(),
@@ -447,12 +449,12 @@ pub struct Pgoutbox {
 
 impl Pgoutbox {
     /// Start `pgoutbox <args>` with a clean PGOUTBOX_* environment.
-    pub fn spawn(args: &[&str]) -> Pgoutbox {
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Pgoutbox {
         Self::spawn_with_env(args, &[])
     }
 
     /// Start `pgoutbox <args>` with a clean PG*/PGOUTBOX_* environment plus `env`.
-    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Pgoutbox {
+    pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Pgoutbox {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
         cmd.args(args)
             .stdin(Stdio::null())
