@@ -7,6 +7,14 @@
 //! loopback port with `wal_level=logical`, and is stopped and deleted by a watchdog
 //! process when the test binary exits. Nothing here depends on a system cluster.
 //!
+//! Sharing: every test of the process uses [`PgCluster::shared`] at the same time as
+//! the others (of every module). So a test keeps to its own [`TestDb`] and names the
+//! cluster-wide objects it makes (slots, roles) after it, and never measures the
+//! cluster as a whole: counts of slots or walsenders, or a slot against a moving
+//! `pg_current_wal_lsn()` (take the position once, then wait for the slot to pass
+//! it). A test that needs other settings, TLS files or a server it stops starts its
+//! own with [`PgCluster::start`].
+//!
 //! Authentication layout (pg_hba.conf): members of role `md5_users` must use md5,
 //! members of `scram_users` must use scram-sha-256, everyone else is trusted on
 //! 127.0.0.1, so auth tests create a user and grant it one of those roles.
@@ -165,10 +173,12 @@ impl PgCluster {
             format!("unix_socket_directories = '{}'", root.display()),
             "wal_level = logical".into(),
             // Every test of the process has its own slot on the shared cluster, and
-            // most leave it behind when they end: room for all of them.
+            // most leave it behind when they end: room for all of them. The tests of
+            // every module run at once (as many as the machine has cores), each with
+            // a relay, a writer and psql sessions.
             "max_wal_senders = 60".into(),
             "max_replication_slots = 250".into(),
-            "max_connections = 100".into(),
+            "max_connections = 200".into(),
             "fsync = off".into(),
             "synchronous_commit = on".into(),
             "shared_buffers = 64MB".into(),
