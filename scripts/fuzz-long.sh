@@ -4,7 +4,7 @@
 #   scripts/fuzz-long.sh [seconds-per-target]     (default 1800)
 #
 # Each target runs for the given wall-clock time from its corpus (fuzz/corpus/<target>,
-# seeded by `cargo test --test capture_seeds -- --ignored`), at `nice 19` so it only
+# seeded by `cargo test --test main capture_seeds -- --ignored`), at `nice 19` so it only
 # takes idle CPU. At the end one line per target reports what a report needs: CPU
 # seconds actually spent (user+sys of the fuzzer process), executions, corpus size
 # and crashes (files under fuzz/artifacts/<target>/). Exits non-zero if any target

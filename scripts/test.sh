@@ -14,4 +14,6 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   exit 1
 fi
 scripts/install-tansu.sh >/dev/null
-exec cargo test --all-targets "$@"
+# --no-fail-fast: the unit tests and the integration binary both run even when
+# one of them fails, so one run shows every failure.
+exec cargo test --all-targets --no-fail-fast "$@"

@@ -1,7 +1,7 @@
 //! Authentication of the replication connection against a real server:
 //! SCRAM-SHA-256, md5, trust, and clear, fast errors for a wrong password.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

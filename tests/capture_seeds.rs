@@ -2,9 +2,9 @@
 //!
 //! Not part of the suite (it writes into `fuzz/corpus/`): run it when the decoder
 //! learns new messages, and commit the corpus:
-//! `cargo test --test capture_seeds -- --ignored`.
+//! `cargo test --test main capture_seeds -- --ignored`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

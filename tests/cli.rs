@@ -1,6 +1,6 @@
 //! The binary's operator surface: `check` exit codes, JSON logs, completions, man page.
 
-mod support;
+use crate::support;
 
 use support::{PgCluster, Pgoutbox, WAIT};
 

@@ -2,7 +2,7 @@
 //! canary: a password given through the environment or a file never appears in
 //! any output of `config show`, `run`, `check`, `tail` or a failed login.
 
-mod support;
+use crate::support;
 
 use support::kafka::{Broker, Reader};
 use support::{PgCluster, Pgoutbox, WAIT};

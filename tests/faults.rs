@@ -19,7 +19,7 @@
 //! The default suite runs short forms; `PGOUTBOX_LONG=1` runs the same tests with
 //! the sizes of [`Scale::long`].
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::collections::HashSet;

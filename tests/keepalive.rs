@@ -1,7 +1,7 @@
 //! The replication connection survives a consumer that stops reading: status
 //! updates keep flowing on the timer, so `wal_sender_timeout` never fires.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

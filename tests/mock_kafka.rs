@@ -15,7 +15,7 @@
 //! retried batch, is *fatal*: the producer fails everything it holds and refuses
 //! new records, so only a new producer can go on.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

@@ -17,7 +17,7 @@
 //! Long forms (minute-long black-holes, librdkafka's default request timeout) run
 //! with `PGOUTBOX_LONG=1`.
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -25,10 +25,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::proxy::Proxy;
 use support::verify::{verify, Ledger, Verdict};
-use support::workload::uuid;
+use support::workload::{current_lsn, slot_lsn, uuid};
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// The server's `wal_sender_timeout` in the private cluster.
@@ -60,10 +61,7 @@ fn start_relay(db: &TestDb<'_>, pg_port: u16, broker: &str, extra: &[&str]) -> P
         "postgres://postgres@127.0.0.1:{pg_port}/{}?sslmode=disable",
         db.name
     );
-    let args = support::workload::run_args_via(db, &url, broker, extra);
-    let relay = Pgoutbox::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
-    relay
+    support::workload::start_relay(&support::workload::run_args_via(db, &url, broker, extra))
 }
 
 /// How many replication sessions the relay started so far.
@@ -71,28 +69,13 @@ fn sessions(relay: &Pgoutbox) -> usize {
     relay.stderr().matches("relaying outbox to kafka").count()
 }
 
-fn lsn_query(db: &TestDb<'_>, sql: &str) -> u64 {
-    db.psql(sql).parse::<f64>().unwrap_or(0.0) as u64
-}
-
-/// The slot's `confirmed_flush_lsn` (0 while unset).
-fn confirmed(db: &TestDb<'_>) -> u64 {
-    lsn_query(
-        db,
-        &format!(
-            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
-            db.name
-        ),
-    )
-}
-
-/// The server's WAL position now: at or past the commit of everything committed.
-fn current_lsn(db: &TestDb<'_>) -> u64 {
-    lsn_query(db, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+/// The slot's `confirmed_flush_lsn` (`0/0` while unset).
+fn confirmed(db: &TestDb<'_>) -> Lsn {
+    slot_lsn(db, "confirmed_flush_lsn")
 }
 
 /// Wait until the slot confirms `lsn`; returns how long that took.
-fn wait_confirmed(db: &TestDb<'_>, lsn: u64, relay: &Pgoutbox, timeout: Duration) -> Duration {
+fn wait_confirmed(db: &TestDb<'_>, lsn: Lsn, relay: &Pgoutbox, timeout: Duration) -> Duration {
     let start = Instant::now();
     let ok = (|| {
         while start.elapsed() < timeout {
@@ -381,14 +364,14 @@ impl Link {
 
     /// Let `more` events be committed, then return the WAL position: past the
     /// commit of each of them.
-    fn written(&self, more: usize) -> u64 {
+    fn written(&self, more: usize) -> Lsn {
         self.load.wait_more(more);
         current_lsn(&self.db)
     }
 
     /// Hold a fault for `outage` while asserting the slot stays below `lsn` (events
     /// committed after the fault began, which cannot have been acked).
-    fn hold_below(&self, lsn: u64, outage: Duration, since: Instant) {
+    fn hold_below(&self, lsn: Lsn, outage: Duration, since: Instant) {
         while since.elapsed() < outage {
             let confirmed = confirmed(&self.db);
             assert!(

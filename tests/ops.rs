@@ -1,7 +1,7 @@
 //! Operator commands against a real server: `check` finds every problem and names its
 //! fix, `status` reports the slot's lag, `teardown` removes what `setup` made.
 
-mod support;
+use crate::support;
 
 use pgoutbox::ops::check::{check, Check, CheckInput, CheckReport};
 use pgoutbox::ops::status::status;

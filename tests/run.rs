@@ -1,7 +1,7 @@
 //! `pgoutbox run` end to end: real PostgreSQL, real Kafka-protocol broker (tansu),
 //! records read back with rdkafka over real sockets.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,7 +161,11 @@ async fn idle_outbox_on_a_busy_database_does_not_pin_wal() {
         }
         client.batch_execute(&sql).await.unwrap(); // 100 statements = 100 transactions
     }
-    let lag = || current_lsn(&db).saturating_sub(slot_lsn(&db, "confirmed_flush_lsn"));
+    // Lag behind the end of those transactions, a fixed position: the cluster is
+    // shared with tests that write all the time, and a slot trails a moving
+    // `pg_current_wal_lsn()` by whatever they wrote since its last status update.
+    let written = current_lsn(&db);
+    let lag = || written.bytes_since(slot_lsn(&db, "confirmed_flush_lsn"));
     let before = lag();
     wait_for("slot lag to drop below 1 MB", WAIT, || {
         (lag() < 1 << 20).then_some(())
@@ -270,7 +274,7 @@ async fn sigterm_under_load_exits_zero_and_restart_loses_nothing() {
     assert!(relay.stderr().contains("stopped"), "{}", relay.stderr());
     let confirmed_at_exit = slot_lsn(&db, "confirmed_flush_lsn");
     assert!(
-        confirmed_at_exit > 0,
+        !confirmed_at_exit.is_invalid(),
         "a final status update must confirm what was acked"
     );
     write_events(

@@ -4,7 +4,7 @@
 //! terminator) and fails clearly with a wrong CA or password; and Kafka secrets never
 //! reach `config show`, logs or error messages.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -17,6 +17,7 @@ use support::kafka::{Broker, BrokerOptions, Reader};
 use support::sasl_gate::{self, Credentials};
 use support::tls::{Pki, Terminator};
 use support::verify::{verify, Ledger};
+use support::workload::{relay_args, start_relay};
 use support::{wait_for, PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// Insert `n` events of aggregate type `kind` (keys k0..k2) and record them.
@@ -30,25 +31,6 @@ fn insert_events(db: &TestDb<'_>, kind: &str, n: usize, ledger: &mut Ledger) {
         ));
         ledger.push(id, format!("k{}", i % 3));
     }
-}
-
-fn run_args<'a>(
-    url: &'a str,
-    brokers: &'a str,
-    db: &'a TestDb<'_>,
-    template: &'a str,
-) -> Vec<&'a str> {
-    vec![
-        "run",
-        "--database-url",
-        url,
-        "--brokers",
-        brokers,
-        "--slot",
-        &db.name,
-        "--topic-template",
-        template,
-    ]
 }
 
 // ---------------------------------------------------------------------------------
@@ -105,12 +87,10 @@ fn run_relays_as_the_least_privilege_role_from_setup_print_sql() {
         "postgres://{role}:relay-pw@127.0.0.1:{}/{}?sslmode=disable",
         cluster.port, db.name
     );
-    let template = format!("{}.${{routedByValue}}", db.name);
     let brokers = broker.addr();
-    let mut args = run_args(&url, &brokers, &db, &template);
-    args.extend(["--http-addr", "off"]);
-    let relay = Pgoutbox::spawn(&args);
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    let mut args = relay_args(&db, &url, &brokers);
+    args.extend(["--http-addr", "off"].map(String::from));
+    let relay = start_relay(&args);
     let mut ledger = Ledger::default();
     insert_events(&db, "least", 30, &mut ledger);
     let mut reader = Reader::new(&broker.addr(), &[format!("{}.least", db.name)]);
@@ -118,12 +98,15 @@ fn run_relays_as_the_least_privilege_role_from_setup_print_sql() {
     let verdict = verify(&ledger, &reader.records);
     verdict.assert_no_loss();
     assert_eq!(verdict.delivered, 30, "{verdict:?}");
-    // The slot moves too: confirming needs nothing beyond REPLICATION.
+    // The slot moves too: confirming needs nothing beyond REPLICATION. Past the WAL
+    // position of now, fixed: other tests write to the same cluster all the time, so
+    // a moving `pg_current_wal_lsn()` may stay ahead of any slot.
+    let written = db.psql("SELECT pg_current_wal_lsn()");
     wait_for("the slot to be confirmed by the relay role", WAIT, || {
         let active = db.psql(&format!(
             "SELECT a.usename FROM pg_replication_slots s JOIN pg_stat_activity a \
              ON a.pid = s.active_pid WHERE s.slot_name = '{}' \
-             AND s.confirmed_flush_lsn >= pg_current_wal_lsn()",
+             AND s.confirmed_flush_lsn >= '{written}'",
             db.name
         ));
         (active == role).then_some(())
@@ -185,10 +168,9 @@ fn metrics_endpoint_defaults_to_loopback() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared();
     let brokers = broker.addr();
-    let template = format!("{}.${{routedByValue}}", db.name);
     let url = db.url();
-    let mut args = vec!["--log-format", "json"];
-    args.extend(run_args(&url, &brokers, &db, &template));
+    let mut args = vec!["--log-format".to_owned(), "json".into()];
+    args.extend(relay_args(&db, &url, &brokers));
     let mut relay = Pgoutbox::spawn(&args);
     let outcome = wait_for(
         "the relay to serve metrics or to fail binding",
@@ -248,12 +230,11 @@ fn metrics_on_all_interfaces_is_an_explicit_opt_in() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared();
     let brokers = broker.addr();
-    let template = format!("{}.${{routedByValue}}", db.name);
     let url = db.url();
     let everywhere = format!("0.0.0.0:{port}");
-    let mut args = vec!["--log-format", "json"];
-    args.extend(run_args(&url, &brokers, &db, &template));
-    args.extend(["--http-addr", &everywhere]);
+    let mut args = vec!["--log-format".to_owned(), "json".into()];
+    args.extend(relay_args(&db, &url, &brokers));
+    args.extend(["--http-addr".into(), everywhere.clone()]);
     let relay = Pgoutbox::spawn(&args);
     let bound = wait_for("the relay to serve metrics", WAIT, || {
         serving_addr(&relay.stderr())
@@ -364,17 +345,19 @@ fn relay_delivers_over_sasl_scram_and_tls_without_showing_the_password() {
     let db = PgCluster::shared().fresh_db();
     let password = secret_file("kafka-pw", KAFKA_CANARY);
     let url = db.url();
-    let template = format!("{}.${{routedByValue}}", db.name);
     let security = kafka_security(&kafka.pki.ca_file(), &password);
-    let mut args = run_args(&url, &kafka.addr, &db, &template);
-    args.extend(security.iter().map(String::as_str));
+    let mut args = relay_args(&db, &url, &kafka.addr);
+    args.extend(security.iter().cloned());
     // librdkafka's own security and configuration logging, at debug level.
-    args.extend([
-        "--kafka-option",
-        "debug=security,conf",
-        "--http-addr",
-        "off",
-    ]);
+    args.extend(
+        [
+            "--kafka-option",
+            "debug=security,conf",
+            "--http-addr",
+            "off",
+        ]
+        .map(String::from),
+    );
     let relay = Pgoutbox::spawn_with_env(&args, &[("RUST_LOG", "debug")]);
     relay.wait_stderr("relaying outbox to kafka", WAIT);
     let mut ledger = Ledger::default();
@@ -421,11 +404,10 @@ fn a_wrong_kafka_ca_is_named_in_the_log() {
     let db = PgCluster::shared().fresh_db();
     let password = secret_file("kafka-pw-ca", KAFKA_CANARY);
     let url = db.url();
-    let template = format!("{}.${{routedByValue}}", db.name);
     let security = kafka_security(&kafka.rogue.ca_file(), &password);
-    let mut args = run_args(&url, &kafka.addr, &db, &template);
-    args.extend(security.iter().map(String::as_str));
-    args.extend(["--http-addr", "off"]);
+    let mut args = relay_args(&db, &url, &kafka.addr);
+    args.extend(security.iter().cloned());
+    args.extend(["--http-addr", "off"].map(String::from));
     let relay = Pgoutbox::spawn(&args);
     // librdkafka's reason names the setting to fix.
     relay.wait_stderr("verify that ssl.ca.location is correctly configured", WAIT);
@@ -453,11 +435,10 @@ fn a_wrong_kafka_password_is_a_named_sasl_failure() {
     let db = PgCluster::shared().fresh_db();
     let password = secret_file("kafka-pw-wrong", WRONG_CANARY);
     let url = db.url();
-    let template = format!("{}.${{routedByValue}}", db.name);
     let security = kafka_security(&kafka.pki.ca_file(), &password);
-    let mut args = run_args(&url, &kafka.addr, &db, &template);
-    args.extend(security.iter().map(String::as_str));
-    args.extend(["--http-addr", "off"]);
+    let mut args = relay_args(&db, &url, &kafka.addr);
+    args.extend(security.iter().cloned());
+    args.extend(["--http-addr", "off"].map(String::from));
     let relay = Pgoutbox::spawn(&args);
     relay.wait_stderr("SASL authentication error", WAIT);
     let stderr = relay.stderr();

@@ -8,13 +8,14 @@
 //! Real PostgreSQL (the shared cluster, plus one private cluster with a tiny
 //! `max_slot_wal_keep_size`) and the tansu broker.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};
 use support::{temp_dir, wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
@@ -47,9 +48,7 @@ fn run_args(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Vec<
 }
 
 fn spawn(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
-    let args = run_args(db, broker, state, extra);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Pgoutbox::spawn(&refs)
+    Pgoutbox::spawn(&run_args(db, broker, state, extra))
 }
 
 /// Start `run` and wait until it streams (failing with its stderr if it exits).
@@ -94,17 +93,14 @@ fn state_file(state: &Path, db: &TestDb<'_>) -> PathBuf {
     state.join(format!("{}.{}.state", db.name, db.name))
 }
 
-fn parse_lsn(text: &str) -> u64 {
-    let (hi, lo) = text.trim().split_once('/').expect("an X/Y LSN");
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
-fn fmt_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
+fn parse_lsn(text: &str) -> Lsn {
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("from psql or the state file: {e}"))
 }
 
 /// The LSN in the state file (`None` without a file).
-fn state_lsn(state: &Path, db: &TestDb<'_>) -> Option<u64> {
+fn state_lsn(state: &Path, db: &TestDb<'_>) -> Option<Lsn> {
     let text = std::fs::read_to_string(state_file(state, db)).ok()?;
     let line = text
         .lines()
@@ -114,7 +110,7 @@ fn state_lsn(state: &Path, db: &TestDb<'_>) -> Option<u64> {
 }
 
 /// `(confirmed_flush_lsn, active)` of the test's slot, `None` when it does not exist.
-fn slot(db: &TestDb<'_>) -> Option<(u64, bool)> {
+fn slot(db: &TestDb<'_>) -> Option<(Lsn, bool)> {
     let row = db.psql(&format!(
         "SELECT coalesce(confirmed_flush_lsn::text, '0/0') || ' ' || active \
          FROM pg_replication_slots WHERE slot_name = '{}'",
@@ -155,7 +151,7 @@ fn read_all(broker: &str, db: &TestDb<'_>, kind: &str, events: &[(String, String
 
 /// Wait until the slot is released and has caught up with the state file's LSN
 /// after a clean stop, and return both.
-fn settled(db: &TestDb<'_>, state: &Path) -> (u64, u64) {
+fn settled(db: &TestDb<'_>, state: &Path) -> (Lsn, Lsn) {
     wait_for("the slot to be released", WAIT, || {
         slot(db).filter(|(_, active)| !active).map(|_| ())
     });
@@ -164,8 +160,8 @@ fn settled(db: &TestDb<'_>, state: &Path) -> (u64, u64) {
     assert!(
         slot_lsn <= file,
         "slot {} ahead of the state file {}",
-        fmt_lsn(slot_lsn),
-        fmt_lsn(file)
+        slot_lsn,
+        file
     );
     (slot_lsn, file)
 }
@@ -208,8 +204,8 @@ fn advanced_slot_is_fatal_and_accept_slot_reset_skips_the_range_once() {
         &stderr,
         &[
             &format!("replication slot \"{}\"", db.name),
-            &fmt_lsn(advanced),
-            &fmt_lsn(persisted),
+            &advanced.to_string(),
+            &persisted.to_string(),
             "pg_replication_slot_advance",
             "--accept-slot-reset",
             "re-publish",
@@ -229,8 +225,7 @@ fn advanced_slot_is_fatal_and_accept_slot_reset_skips_the_range_once() {
         &relay.stderr(),
         &[&format!(
             "skipping the WAL from {} to {}",
-            fmt_lsn(persisted),
-            fmt_lsn(advanced)
+            persisted, advanced
         )],
     );
     let after = insert(&db, "after", 2);
@@ -276,8 +271,8 @@ fn recreated_slot_is_fatal_and_the_documented_republish_recovers_every_event() {
         &stderr,
         &[
             &format!("replication slot \"{}\"", db.name),
-            &fmt_lsn(recreated),
-            &fmt_lsn(persisted),
+            &recreated.to_string(),
+            &persisted.to_string(),
             "dropped and re-created",
             "--accept-slot-reset",
         ],
@@ -319,7 +314,7 @@ fn missing_slot_is_not_recreated_silently() {
         &stderr,
         &[
             &format!("replication slot \"{}\" does not exist", db.name),
-            &fmt_lsn(persisted),
+            &persisted.to_string(),
             "--accept-slot-reset",
             "re-publish",
         ],
@@ -447,7 +442,7 @@ fn missing_publication_is_fatal_at_start_and_not_recreated() {
         &[
             "publication \"pgoutbox\" does not exist",
             &format!("slot \"{}\"", db.name),
-            &fmt_lsn(persisted),
+            &persisted.to_string(),
             &format!("pg_drop_replication_slot('{}')", db.name),
             "--accept-slot-reset",
         ],
@@ -536,7 +531,7 @@ fn another_cluster_behind_the_same_url_is_detected() {
             &format!("system identifier is {}", system_id(other)),
             &format!("on system {}", system_id(original)),
             &format!("slot \"{}\"", db.name),
-            &fmt_lsn(persisted),
+            &persisted.to_string(),
             "--accept-slot-reset",
         ],
     );
@@ -624,16 +619,15 @@ async fn kill_9_never_leaves_the_slot_ahead_of_the_state_file() {
         let file = state_lsn(&state, &db).expect("a state file");
         eprintln!(
             "cycle {cycle}: killed after {delay} ms, slot {} ≤ state {}",
-            fmt_lsn(slot_lsn),
-            fmt_lsn(file)
+            slot_lsn, file
         );
         assert!(
             slot_lsn <= file,
             "cycle {cycle}: the slot {} is ahead of the state file {} after kill -9",
-            fmt_lsn(slot_lsn),
-            fmt_lsn(file)
+            slot_lsn,
+            file
         );
-        max_gap = max_gap.max(file - slot_lsn);
+        max_gap = max_gap.max(file.bytes_since(slot_lsn));
     }
     // A last, clean run delivers everything.
     let relay = start(&db, &broker, &state, &[]);

@@ -3,7 +3,7 @@
 //! `outbox_cleanup_batched` (exact cutoff, batching, validation), the
 //! `outbox_backlog` view and the consumer dedup table.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,12 +1,14 @@
 //! `pgoutbox tail` against a real PostgreSQL: exactly-once, commit order, rollbacks,
 //! payload fidelity, slot hygiene, publication handling.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 
+use pgoutbox::pg::lsn::Lsn;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use support::workload::uuid;
 use support::{wait_until_eq, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 #[derive(Debug, Deserialize)]
@@ -33,9 +35,9 @@ fn parse(lines: &[String]) -> Vec<Line> {
         .collect()
 }
 
-fn lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+fn lsn(text: &str) -> Lsn {
+    text.parse()
+        .unwrap_or_else(|e| panic!("tail's output: {e}"))
 }
 
 /// Start tail on `db` and wait until it streams. The slot being listed is not
@@ -48,19 +50,6 @@ fn start_tail(db: &TestDb<'_>, extra: &[&str]) -> Pgoutbox {
     let tail = Pgoutbox::spawn(&args);
     tail.wait_stderr("tailing outbox", WAIT);
     tail
-}
-
-fn uuid(rng: &mut Rng) -> String {
-    let a = rng.next_u64();
-    let b = rng.next_u64();
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xfff,
-        b >> 52,
-        b & 0xffff_ffff_ffff
-    )
 }
 
 struct Expected {
@@ -165,7 +154,7 @@ async fn thousand_events_with_rollbacks_arrive_once_in_commit_order() {
         got_ids, want_ids,
         "exactly the committed events, in commit order"
     );
-    let mut last_commit = 0;
+    let mut last_commit = Lsn::INVALID;
     for (line, want) in lines.iter().zip(&expected) {
         assert_eq!(line.table, "public.outbox");
         assert_eq!(line.op, "insert");

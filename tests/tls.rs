@@ -2,7 +2,7 @@
 //! right CA and host name, fails clearly on a host-name mismatch or an unknown CA;
 //! verify-ca skips the host name; both connections (replication + catalog) use it.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -11,6 +11,7 @@ use pgoutbox::pg::connection::PgError;
 use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::replication::ReplicationClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use support::tls::uses_tls;
 use support::{ClusterOptions, PgCluster, Pgoutbox, WAIT};
 
 struct Pki {
@@ -83,14 +84,6 @@ fn url(host: &str, mode: &str, ca: &std::path::Path, db: &str) -> String {
 
 async fn connect(url: &str) -> Result<ReplicationClient, PgError> {
     ReplicationClient::connect(&ConnInfo::parse(url).unwrap()).await
-}
-
-async fn uses_tls(client: &mut ReplicationClient) -> bool {
-    let rows = client
-        .simple_query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        .await
-        .unwrap();
-    rows[0].values[0].as_deref() == Some("t")
 }
 
 #[tokio::test]

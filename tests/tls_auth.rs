@@ -4,7 +4,7 @@
 //! Both connections are exercised: the replication connection (our own protocol
 //! code) and the catalog connection (tokio-postgres with our TLS connector).
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 
@@ -14,8 +14,9 @@ use pgoutbox::pg::connection::PgError;
 use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::replication::ReplicationClient;
 use support::kafka::{Broker, Reader};
-use support::tls::{Issued, Pki, Terminator};
+use support::tls::{uses_tls, Issued, Pki, Terminator};
 use support::verify::{verify, Ledger};
+use support::workload::{relay_args, start_relay};
 use support::{ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// Members of `cert_users` log in with a client certificate (TLS only), members of
@@ -108,14 +109,6 @@ fn info(url: &str) -> ConnInfo {
 
 async fn replication(url: &str) -> Result<ReplicationClient, PgError> {
     ReplicationClient::connect(&info(url)).await
-}
-
-async fn uses_tls(client: &mut ReplicationClient) -> bool {
-    let rows = client
-        .simple_query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
-        .await
-        .unwrap();
-    rows[0].values[0].as_deref() == Some("t")
 }
 
 /// Both connections log in (replication and catalog), over TLS.
@@ -373,21 +366,9 @@ fn run_relays_as_a_certificate_user_with_verify_full() {
         "verify-full",
         &with_cert(&issued),
     );
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let relay = Pgoutbox::spawn(&[
-        "run",
-        "--database-url",
-        &url,
-        "--brokers",
-        &broker.addr(),
-        "--slot",
-        &db.name,
-        "--topic-template",
-        &template,
-        "--http-addr",
-        "off",
-    ]);
-    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    let mut args = relay_args(&db, &url, &broker.addr());
+    args.extend(["--http-addr", "off"].map(String::from));
+    let relay = start_relay(&args);
     let mut ledger = Ledger::default();
     for i in 0..20 {
         let id = format!("00000000-0000-4000-8000-{i:012}");

@@ -1,4 +1,4 @@
-//! Test harness: a private PostgreSQL cluster per test binary, a fresh database per
+//! Test harness: a private PostgreSQL cluster per test process, a fresh database per
 //! test, and helpers to run the `pgoutbox` binary and wait for conditions.
 //!
 //! The cluster uses the server binaries of `pg_config --bindir` (or
@@ -7,11 +7,17 @@
 //! loopback port with `wal_level=logical`, and is stopped and deleted by a watchdog
 //! process when the test binary exits. Nothing here depends on a system cluster.
 //!
+//! Sharing: every test of the process uses [`PgCluster::shared`] at the same time as
+//! the others (of every module). So a test keeps to its own [`TestDb`] and names the
+//! cluster-wide objects it makes (slots, roles) after it, and never measures the
+//! cluster as a whole: counts of slots or walsenders, or a slot against a moving
+//! `pg_current_wal_lsn()` (take the position once, then wait for the slot to pass
+//! it). A test that needs other settings, TLS files or a server it stops starts its
+//! own with [`PgCluster::start`].
+//!
 //! Authentication layout (pg_hba.conf): members of role `md5_users` must use md5,
 //! members of `scram_users` must use scram-sha-256, everyone else is trusted on
 //! 127.0.0.1, so auth tests create a user and grant it one of those roles.
-
-#![allow(dead_code)]
 
 pub mod kafka;
 pub mod proxy;
@@ -166,9 +172,13 @@ impl PgCluster {
             format!("port = {port}"),
             format!("unix_socket_directories = '{}'", root.display()),
             "wal_level = logical".into(),
-            "max_wal_senders = 30".into(),
-            "max_replication_slots = 30".into(),
-            "max_connections = 100".into(),
+            // Every test of the process has its own slot on the shared cluster, and
+            // most leave it behind when they end: room for all of them. The tests of
+            // every module run at once (as many as the machine has cores), each with
+            // a relay, a writer and psql sessions.
+            "max_wal_senders = 60".into(),
+            "max_replication_slots = 250".into(),
+            "max_connections = 200".into(),
             "fsync = off".into(),
             "synchronous_commit = on".into(),
             "shared_buffers = 64MB".into(),
@@ -449,12 +459,12 @@ pub struct Pgoutbox {
 
 impl Pgoutbox {
     /// Start `pgoutbox <args>` with a clean PGOUTBOX_* environment.
-    pub fn spawn(args: &[&str]) -> Pgoutbox {
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Pgoutbox {
         Self::spawn_with_env(args, &[])
     }
 
     /// Start `pgoutbox <args>` with a clean PG*/PGOUTBOX_* environment plus `env`.
-    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Pgoutbox {
+    pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Pgoutbox {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
         cmd.args(args)
             .stdin(Stdio::null())

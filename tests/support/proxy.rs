@@ -189,11 +189,6 @@ impl Proxy {
             .latency_us
             .store(d.as_micros() as u64, Ordering::SeqCst);
     }
-
-    /// Connections currently open through the proxy.
-    pub fn connections(&self) -> usize {
-        self.live().len()
-    }
 }
 
 /// Start the reader and writer of one direction (`upstream`: client → server).

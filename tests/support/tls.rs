@@ -1,5 +1,6 @@
 //! TLS for tests: a throw-away PKI (a CA and certificates it issues, as PEM files),
-//! and TLS terminators that sit in front of a server.
+//! TLS terminators that sit in front of a server, and [`uses_tls`] to ask PostgreSQL
+//! whether a session is encrypted.
 //!
 //! * the Kafka SASL_SSL gate (`sasl_gate`) builds on the same machinery
 //!   ([`Terminator::serve`]) for the tansu broker, which cannot serve TLS itself.
@@ -15,11 +16,21 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use pgoutbox::pg::replication::ReplicationClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::on_exit;
+
+/// Whether the server sees `client`'s session as TLS (`pg_stat_ssl`).
+pub async fn uses_tls(client: &mut ReplicationClient) -> bool {
+    let rows = client
+        .simple_query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .await
+        .unwrap();
+    rows[0].values[0].as_deref() == Some("t")
+}
 
 /// A certificate authority whose files live in a private temporary directory.
 pub struct Pki {

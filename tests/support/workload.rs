@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pgoutbox::pg::lsn::Lsn;
+
 use super::kafka::Reader;
 use super::verify::Ledger;
 use super::{wait_for, Pgoutbox, Rng, TestDb, WAIT};
@@ -42,7 +44,17 @@ pub fn run_args(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Vec<String> {
 
 /// [`run_args`] reaching PostgreSQL at `url` (e.g. through a test proxy).
 pub fn run_args_via(db: &TestDb<'_>, url: &str, broker: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
+    let mut args = relay_args(db, url, broker);
+    args.extend(["--http-addr", "127.0.0.1:0"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// The `pgoutbox run` arguments every relay of a test has: PostgreSQL at `url`, the
+/// slot and the topic prefix named after `db`; no `--http-addr`, for tests of the
+/// HTTP endpoint's own choice (the others use [`run_args`]).
+pub fn relay_args(db: &TestDb<'_>, url: &str, broker: &str) -> Vec<String> {
+    [
         "run",
         "--database-url",
         url,
@@ -52,25 +64,25 @@ pub fn run_args_via(db: &TestDb<'_>, url: &str, broker: &str, extra: &[&str]) ->
         &db.name,
         "--topic-template",
         &format!("{}.${{routedByValue}}", db.name),
-        "--http-addr",
-        "127.0.0.1:0",
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+    .map(String::from)
+    .to_vec()
 }
 
 /// Start `pgoutbox run` for `db` without waiting for anything.
 pub fn spawn_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
-    let args = run_args(db, broker, extra);
-    Pgoutbox::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    Pgoutbox::spawn(&run_args(db, broker, extra))
 }
 
 /// Start `pgoutbox run` for `db` and wait until it streams.
 pub fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
-    let relay = spawn_run(db, broker, extra);
+    start_relay(&run_args(db, broker, extra))
+}
+
+/// Start `pgoutbox <args>` (a `run`, e.g. from [`run_args_via`]) and wait until it
+/// streams.
+pub fn start_relay(args: &[String]) -> Pgoutbox {
+    let relay = Pgoutbox::spawn(args);
     relay.wait_stderr("relaying outbox to kafka", WAIT);
     relay
 }
@@ -80,20 +92,30 @@ pub fn topics(db: &TestDb<'_>, types: &[&str]) -> Vec<String> {
     types.iter().map(|t| format!("{}.{t}", db.name)).collect()
 }
 
-/// A column of `db`'s slot (`confirmed_flush_lsn`, `restart_lsn`) as a byte position.
-pub fn slot_lsn(db: &TestDb<'_>, column: &str) -> u64 {
+/// A column of `db`'s slot (`confirmed_flush_lsn`, `restart_lsn`); `0/0` while the
+/// slot or the column is unset.
+pub fn slot_lsn(db: &TestDb<'_>, column: &str) -> Lsn {
     let text = db.psql(&format!(
-        "SELECT {column} - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{}'",
+        "SELECT {column} FROM pg_replication_slots WHERE slot_name = '{}'",
         db.name
     ));
-    text.parse::<f64>().unwrap_or(0.0) as u64
+    if text.is_empty() {
+        return Lsn::INVALID;
+    }
+    parse_lsn(&text)
 }
 
-/// The server's current WAL insert position as a byte position.
-pub fn current_lsn(db: &TestDb<'_>) -> u64 {
-    db.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-        .parse::<f64>()
-        .unwrap() as u64
+/// The server's current WAL write position: at or past the commit of everything
+/// committed so far.
+pub fn current_lsn(db: &TestDb<'_>) -> Lsn {
+    parse_lsn(&db.psql("SELECT pg_current_wal_lsn()"))
+}
+
+/// An LSN as psql prints a `pg_lsn`.
+pub fn parse_lsn(text: &str) -> Lsn {
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("an LSN from the server: {e}"))
 }
 
 /// GET `path` from the relay's HTTP endpoint (address taken from its startup log).

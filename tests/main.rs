@@ -1,0 +1,30 @@
+//! The integration tests: one binary, so the harness ([`support`]) is compiled once
+//! and every test shares its PostgreSQL cluster ([`support::PgCluster::shared`]) and
+//! tansu broker ([`support::kafka::Broker::shared`]). A module per area; a test that
+//! needs a server of its own (other settings, TLS files, stops and restarts) starts
+//! one with [`support::PgCluster::start`].
+//!
+//! Tests of different modules run concurrently in this one process, so each test
+//! keeps to its own database, slot, topics and state directory, and never counts
+//! anything cluster-wide. Run one area with `cargo test --test main auth::`.
+
+mod support;
+
+mod auth;
+mod capture_seeds;
+mod cli;
+mod config;
+mod faults;
+mod keepalive;
+mod mock_kafka;
+mod network;
+mod ops;
+mod packaging;
+mod poison;
+mod run;
+mod security;
+mod slot_safety;
+mod sql_helpers;
+mod tail;
+mod tls;
+mod tls_auth;
