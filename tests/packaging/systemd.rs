@@ -271,7 +271,7 @@ fn env_file_parser_refuses_a_repeated_key() {
 
 /// `systemd-analyze verify` on the unit as shipped and with the commented credential
 /// alternative enabled, with ExecStart pointed at the freshly built binary (verify
-/// checks that it exists). Opt-in (`cargo test --test packaging -- --ignored`): it
+/// checks that it exists). Opt-in (`cargo test --test main packaging:: -- --ignored`): it
 /// depends on the host's systemd, and does nothing where `systemd-analyze` is absent.
 #[test]
 #[ignore = "needs systemd-analyze on the host"]
