@@ -290,8 +290,12 @@ impl KafkaSink {
         let old = std::mem::replace(&mut self.producer, producer);
         self.deliveries = deliveries;
         // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
-        // threads: not on the caller's (async) thread.
-        std::thread::spawn(move || drop(old));
+        // threads: not on the caller's (async) thread. The thread ends by itself
+        // within that bound, so it is not joined.
+        let dropper = std::thread::Builder::new().name("producer-drop".into());
+        if let Err(err) = dropper.spawn(move || drop(old)) {
+            tracing::warn!(error = %err, "cannot start a thread to drop the old producer");
+        }
         Ok(())
     }
 
