@@ -3,14 +3,18 @@
 //!
 //! # Layout
 //! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
-//! - [`config`]: validated configuration; no clap type goes past it. Holds the TOML
+//! - [`config`]: raw arguments → each room's own settings struct; only `main`, `cli`
+//!   and `config` know clap and config types. It holds the TOML
 //!   file layer ([`config::file`]), the Debezium option names ([`config::router_keys`])
 //!   and `config import-debezium` ([`config::debezium`]).
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
-//!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`].
-//! - [`outbox`]: row → event ([`outbox::event`]) and topic rules ([`outbox::routing`]).
+//!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`],
+//!   [`pg::conninfo`] libpq connection strings, [`pg::source`] the database,
+//!   publication and tables a command works on.
+//! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`])
+//!   and poison rows with their dead letters ([`outbox::invalid`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the

@@ -72,7 +72,7 @@ pub enum StateError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlotState {
-    /// Format version ([`VERSION`]).
+    /// Format version (`VERSION`).
     pub version: u32,
     /// The server's system identifier (`IDENTIFY_SYSTEM`), decimal.
     pub system_id: String,

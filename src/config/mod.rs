@@ -1,9 +1,19 @@
-//! Validated configuration: raw CLI arguments → typed settings.
+//! Validated configuration: raw CLI arguments → the settings struct of each room.
 //!
 //! Owns every check of user input (connection string, table names, slot names,
 //! templates) so errors name the flag, the value and the fix before anything
-//! connects. Invariant: nothing past this module sees a clap type, and the password
-//! only exists inside `ConnInfo` as a `Secret`.
+//! connects, and the translation into the plain settings the rooms below declare
+//! themselves: [`SourceConfig`] (`pg::source`), [`TailConfig`] (`tail`),
+//! [`PipelineConfig`] (`pipeline`), [`SafetyConfig`] (`safety`), [`RunConfig`]
+//! (`run`).
+//!
+//! - [`file`](mod@file): the TOML file layer (flag > env > file > default);
+//! - [`router_keys`]: the one table of Debezium Outbox Event Router option names;
+//! - [`debezium`]: `config import-debezium`, a connector configuration → TOML.
+//!
+//! Invariants: only `main`, `cli` and this module know clap and config types (no
+//! room below imports `crate::cli` or `crate::config`); the password only exists
+//! inside `ConnInfo` as a `Secret`.
 
 pub mod debezium;
 pub mod file;
