@@ -368,8 +368,15 @@ impl TestDb<'_> {
 
     /// `SELECT slot_name, … FROM pg_replication_slots` as text, for before/after comparisons.
     pub fn slots_snapshot(&self) -> String {
+        // Not restart_lsn itself: while a walsender decodes an existing slot,
+        // PostgreSQL moves restart_lsn forward on its own whenever it decodes a
+        // running-xacts record below the slot's confirmed_flush_lsn (see
+        // LogicalIncreaseRestartDecodingForSlot in logical.c), with no confirmation
+        // from the client. It never passes confirmed_flush_lsn, which is what a
+        // client that confirms nothing leaves exactly as it was.
         self.psql(
-            "SELECT slot_name, plugin, slot_type, database, temporary, restart_lsn, confirmed_flush_lsn \
+            "SELECT slot_name, plugin, slot_type, database, temporary, confirmed_flush_lsn, \
+             restart_lsn <= confirmed_flush_lsn AS restart_not_past_confirmed \
              FROM pg_replication_slots WHERE database = current_database() ORDER BY slot_name",
         )
     }
