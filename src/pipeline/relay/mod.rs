@@ -140,39 +140,9 @@ impl<'a> Relay<'a> {
     /// counts in flight in its transaction, so the drain waits for it like for any
     /// record the producer holds).
     pub fn retry_pending<S: Sink>(&mut self, sink: &mut S) -> Result<(), PipelineError> {
-        let Some(Pending {
-            record,
-            txn,
-            origin,
-        }) = self.pending.take()
-        else {
-            return Ok(());
-        };
-        match sink.send(&record, self.tags.pack(txn)) {
-            Ok(()) => {
-                self.stats.produced += 1;
-                Ok(())
-            }
-            Err(SendError::QueueFull) => {
-                self.pending = Some(Pending {
-                    record,
-                    txn,
-                    origin,
-                });
-                Ok(())
-            }
-            Err(SendError::Refused(err)) if self.is_poison_refusal(&err, &record) => {
-                let size = record.size();
-                let invalid = Invalid {
-                    cause: Cause::TooLarge,
-                    reason: err.reason.clone(),
-                };
-                // The dead letter (if any) counts first, then the refused record is done.
-                self.poison(sink, invalid, record, txn, origin)?;
-                self.tracker.acked(txn, size)?;
-                Ok(())
-            }
-            Err(SendError::Refused(err)) => Err(err.into()),
+        match self.pending.take() {
+            Some(pending) => self.hand_over(sink, pending),
+            None => Ok(()),
         }
     }
 
@@ -340,28 +310,42 @@ impl<'a> Relay<'a> {
         txn: u64,
         origin: Origin,
     ) -> Result<(), PipelineError> {
-        match sink.send(&record, self.tags.pack(txn)) {
+        self.tracker.sent(txn, record.size())?;
+        let pending = Pending {
+            record,
+            txn,
+            origin,
+        };
+        self.hand_over(sink, pending)
+    }
+
+    /// Offer a record that already counts in its transaction to the sink.
+    fn hand_over<S: Sink>(&mut self, sink: &mut S, pending: Pending) -> Result<(), PipelineError> {
+        match sink.send(&pending.record, self.tags.pack(pending.txn)) {
             Ok(()) => {
-                self.tracker.sent(txn, record.size())?;
                 self.stats.produced += 1;
                 Ok(())
             }
             Err(SendError::QueueFull) => {
-                self.tracker.sent(txn, record.size())?;
-                self.pending = Some(Pending {
+                self.pending = Some(pending);
+                Ok(())
+            }
+            // librdkafka refused the size up front (message.max.bytes): the row is
+            // poison; its dead letter (if any) counts first, then the row is done.
+            Err(SendError::Refused(err)) if self.is_poison_refusal(&err, &pending.record) => {
+                let Pending {
                     record,
                     txn,
                     origin,
-                });
-                Ok(())
-            }
-            // librdkafka refused the size up front (message.max.bytes).
-            Err(SendError::Refused(err)) if self.is_poison_refusal(&err, &record) => {
+                } = pending;
+                let size = record.size();
                 let invalid = Invalid {
                     cause: Cause::TooLarge,
                     reason: err.reason.clone(),
                 };
-                self.poison(sink, invalid, record, txn, origin)
+                self.poison(sink, invalid, record, txn, origin)?;
+                self.tracker.acked(txn, size)?;
+                Ok(())
             }
             Err(SendError::Refused(err)) => Err(err.into()),
         }
