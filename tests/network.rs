@@ -101,6 +101,8 @@ fn wait_confirmed(db: &TestDb<'_>, lsn: Lsn, relay: &Pgoutbox, timeout: Duration
 /// in commit order (one writer, so commit order is the order of `COMMIT`s).
 struct Load {
     ledger: Arc<Mutex<Ledger>>,
+    /// The writer stops by itself after this many events.
+    max: usize,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -145,6 +147,7 @@ impl Load {
         });
         Load {
             ledger,
+            max,
             stop,
             thread: Some(thread),
         }
@@ -157,6 +160,11 @@ impl Load {
     /// Wait until `more` events beyond those committed now are committed.
     fn wait_more(&self, more: usize) {
         let target = self.committed() + more;
+        assert!(
+            target <= self.max,
+            "the writer stops at {} events, so {target} will never be committed: raise the load's bound",
+            self.max
+        );
         wait_for(&format!("{target} committed events"), WAIT, || {
             (self.committed() >= target).then_some(())
         });
@@ -338,7 +346,10 @@ impl Link {
             Faulty::Kafka(broker) => broker.addr(),
         };
         let relay = start_relay(&db, pg_port, &broker, extra);
-        let load = Load::start(&db, seed, 30_000);
+        // Bounded writes: enough for the long forms' 75 s outages at the writer's
+        // pace (up to ~500 events/s here) plus the events written around them.
+        let max = if long_forms() { 200_000 } else { 30_000 };
+        let load = Load::start(&db, seed, max);
         load.wait_more(200);
         Link {
             db,
