@@ -301,6 +301,14 @@ impl SlotGuard {
     pub fn explain(&self, err: &PgError) -> Option<SafetyError> {
         let PgError::Db(db) = err else { return None };
         match db.code.as_str() {
+            // PostgreSQL 18 warns and skips instead of failing (see
+            // replication::stream_notice_is_fatal); it is the same condition.
+            _ if db
+                .message
+                .starts_with(crate::pg::replication::SKIPPED_PUBLICATION) =>
+            {
+                Some(self.publication_gone(db))
+            }
             NOT_IN_PREREQUISITE_STATE if db.message.contains("replication slot") => {
                 Some(SafetyError::SlotLost {
                     slot: self.slot.clone(),
@@ -310,14 +318,18 @@ impl SlotGuard {
                 })
             }
             UNDEFINED_OBJECT if db.message.contains("publication") => {
-                Some(SafetyError::PublicationGone {
-                    publication: self.publication.clone(),
-                    slot: self.slot.clone(),
-                    server: db.to_string(),
-                    republish: self.republish.clone(),
-                })
+                Some(self.publication_gone(db))
             }
             _ => None,
+        }
+    }
+
+    fn publication_gone(&self, db: &crate::pg::connection::DbError) -> SafetyError {
+        SafetyError::PublicationGone {
+            publication: self.publication.clone(),
+            slot: self.slot.clone(),
+            server: db.to_string(),
+            republish: self.republish.clone(),
         }
     }
 
@@ -470,6 +482,12 @@ mod tests {
             .to_string();
         assert!(gone.contains("publication \"pub\""), "{gone}");
         assert!(gone.contains("--accept-slot-reset"), "{gone}");
+        let skipped = g
+            .explain(&db("55000", "skipped loading publication \"pub\""))
+            .unwrap()
+            .to_string();
+        assert!(skipped.contains("publication \"pub\""), "{skipped}");
+        assert!(skipped.contains("--accept-slot-reset"), "{skipped}");
         assert!(g.explain(&db("57P01", "terminating connection")).is_none());
         assert!(g
             .explain(&db("42704", "type \"x\" does not exist"))

@@ -552,9 +552,15 @@ impl StreamTask {
                         body.fields(),
                     )))
                 }
-                Backend::Message(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {
-                    continue
+                Backend::Message(Message::NoticeResponse(body)) => {
+                    let notice = crate::pg::connection::DbError::from_fields(body.fields());
+                    if stream_notice_is_fatal(&notice) {
+                        return Err(PgError::Db(notice));
+                    }
+                    tracing::warn!(notice = %notice, "server notice on the replication stream");
+                    continue;
                 }
+                Backend::Message(Message::ParameterStatus(_)) => continue,
                 _ => {
                     return Err(unexpected("streaming", "a non-CopyData message"));
                 }
@@ -635,9 +641,44 @@ async fn read_more(
     }
 }
 
+/// A notice on the replication stream that means changes are being skipped.
+///
+/// PostgreSQL 18 no longer fails decoding when a publication named in
+/// `publication_names` is missing at a WAL position: pgoutput warns
+/// (SQLSTATE `55000`, "skipped loading publication …") and goes on *without*
+/// sending the
+/// changes of that publication. Earlier versions raise the same condition as an
+/// ERROR. Both must stop the relay before it confirms past the skipped changes,
+/// so the warning is turned into the error it replaces.
+fn stream_notice_is_fatal(notice: &crate::pg::connection::DbError) -> bool {
+    notice.message.starts_with(SKIPPED_PUBLICATION)
+}
+
+/// The start of PostgreSQL 18's warning for a publication missing while decoding.
+pub const SKIPPED_PUBLICATION: &str = "skipped loading publication";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_skipped_publication_warning_stops_the_stream() {
+        let notice = |code: &str, message: &str| crate::pg::connection::DbError {
+            severity: "WARNING".into(),
+            code: code.into(),
+            message: message.into(),
+            ..Default::default()
+        };
+        // As PostgreSQL 18.4 sends it (seen on the wire).
+        assert!(stream_notice_is_fatal(&notice(
+            "55000",
+            "skipped loading publication \"pgoutbox\""
+        )));
+        assert!(!stream_notice_is_fatal(&notice(
+            "25P01",
+            "there is no transaction in progress"
+        )));
+    }
 
     #[test]
     fn proto_version_by_server() {
