@@ -195,7 +195,7 @@ fn property(line: &[u8]) -> Option<(&[u8], &[u8])> {
 fn properties(text: &[u8]) -> Found {
     let mut found: Found = (None, None);
     for (key, value) in text.split(|b| *b == b'\n').filter_map(property) {
-        let value = Some(Bytes::copy_from_slice(value)).filter(|v| !v.is_empty());
+        let value = Some(unescape(value)).filter(|v| !v.is_empty());
         match key {
             b"traceparent" => found.0 = value,
             b"tracestate" => found.1 = value,
@@ -203,6 +203,26 @@ fn properties(text: &[u8]) -> Found {
         }
     }
     found
+}
+
+/// A properties value without Java's escapes: `Properties.store` writes `=` `:`
+/// `#` `!` in values as `\=` `\:` `\#` `\!` (a tracestate `rojo=1` as `rojo\=1`).
+fn unescape(value: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(value.len());
+    let mut bytes = value.iter();
+    while let Some(&b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(b't') => out.push(b'\t'),
+            Some(b'n') => out.push(b'\n'),
+            Some(&next) => out.push(next),
+            None => {}
+        }
+    }
+    Bytes::from(out)
 }
 
 /// Follow `keys` through the JSON text `raw`; the value there is a string or a carrier object.

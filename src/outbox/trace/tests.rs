@@ -78,11 +78,14 @@ fn json_carriers_strings_and_paths() {
 #[test]
 fn debezium_properties_text_is_a_carrier() {
     let raw = b(&format!(
-        "#\n#Mon Dec 01 10:00:00 UTC 2026\ntraceparent={PARENT}\ntracestate=rojo=00f067aa0ba902b7\n"
+        "#\n#Mon Dec 01 10:00:00 UTC 2026\ntraceparent={PARENT}\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61\n"
     ));
     let e = extract(Some(&raw), &[]);
     assert_eq!(header(&e.traceparent), Some(PARENT));
-    assert_eq!(header(&e.tracestate), Some("rojo=00f067aa0ba902b7"));
+    assert_eq!(
+        header(&e.tracestate),
+        Some("rojo=00f067aa0ba902b7,congo=t61")
+    );
 }
 
 #[test]
@@ -172,5 +175,31 @@ fn tracestate_rules() {
         many.as_str(),
     ] {
         assert!(check_tracestate(bad.as_bytes()).is_err(), "{bad:?}");
+    }
+}
+
+proptest::proptest! {
+    /// Whatever a row holds, extraction answers and never panics; what it sends is
+    /// always a valid traceparent.
+    #[test]
+    fn any_bytes_are_answered_never_a_panic(
+        raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+        path in proptest::sample::select(vec!["", "a", "traceparent", "a.b"]),
+    ) {
+        let keys: Vec<String> = path.split('.').filter(|k| !k.is_empty()).map(str::to_owned).collect();
+        let e = extract(Some(&Bytes::from(raw)), &keys);
+        if let Some(parent) = &e.traceparent {
+            proptest::prop_assert!(check_traceparent(parent).is_ok());
+        }
+    }
+
+    #[test]
+    fn near_valid_traceparents_never_panic(
+        cut in 0usize..60,
+        extra in "[-0-9a-f]{0,8}",
+    ) {
+        let v = format!("{}{extra}", &PARENT[..cut.min(PARENT.len())]);
+        let _ = check_traceparent(v.as_bytes());
+        let _ = extract(Some(&b(&format!("traceparent={v}"))), &[]);
     }
 }
