@@ -182,3 +182,26 @@ async fn trace_context_from_json_keys_carries_tracestate_too() {
         "the usual headers stay"
     );
 }
+
+/// The payload edge rows of the issue's table: SQL NULL becomes a record without a
+/// value (a tombstone, as Debezium's schemaless output), JSON `null` the 4 bytes `null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_and_json_null_payloads_are_a_tombstone_and_the_text_null() {
+    let broker = Broker::shared();
+    let db = PgCluster::shared().fresh_db();
+    db.psql("ALTER TABLE outbox ALTER COLUMN payload DROP NOT NULL");
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    for (event_type, payload) in [("sql-null", "NULL"), ("json-null", "'null'")] {
+        db.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('order', 'k', '{event_type}', {payload})"
+        ));
+    }
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.read_until("two records", WAIT, |r| r.len() >= 2);
+    assert_eq!(by_type(&reader.records, "sql-null").value, None);
+    assert_eq!(
+        by_type(&reader.records, "json-null").value.as_deref(),
+        Some(&b"null"[..])
+    );
+}
