@@ -83,6 +83,11 @@ fn record_timestamp(notes: &mut Notes, key: &str, routing: &Routing) -> Entry {
     )
 }
 
+/// What Debezium did with rows without a context unless
+/// `tracing.with.context.field.only=true`.
+const NEW_TRACES: &str = "Debezium started a new trace for rows without a context; pgoutbox \
+    sends no trace header for them";
+
 /// `trace_context` from `tracing.span.context.field` (and the notes of the other
 /// `tracing.*` options). Debezium traces only with OpenTelemetry on its class path,
 /// so the context column is mapped only when a `tracing.*` option says it was used.
@@ -90,7 +95,7 @@ fn tracing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Option<Entry> {
     let prefix = format!("transforms.{router}.tracing.");
     let options = cfg.get_prefixed(&prefix);
     let mut column = None;
-    let mut context_only = false;
+    let mut only_set = false;
     for (key, value) in &options {
         let option = &key[prefix.len() - "tracing.".len()..];
         match option {
@@ -104,13 +109,17 @@ fn tracing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Option<Entry> {
                         the id of a span of its own",
                 );
             }
-            "tracing.with.context.field.only" if value.eq_ignore_ascii_case("true") => {
-                context_only = true;
-                notes.translated(
-                    key,
-                    Some(value),
-                    "pgoutbox sends trace headers only for rows with a context, as this did",
-                );
+            "tracing.with.context.field.only" => {
+                only_set = true;
+                if value.eq_ignore_ascii_case("true") {
+                    notes.translated(
+                        key,
+                        Some(value),
+                        "pgoutbox sends trace headers only for rows with a context, as this did",
+                    );
+                } else {
+                    notes.unsupported(key, Some(value), NEW_TRACES);
+                }
             }
             "tracing.operation.name" => notes.ignored(
                 key,
@@ -123,12 +132,11 @@ fn tracing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Option<Entry> {
     if options.is_empty() {
         return None;
     }
-    if !context_only {
+    if !only_set {
         notes.unsupported(
             &format!("{prefix}with.context.field.only"),
             None,
-            "Debezium started a new trace for rows without a context; pgoutbox sends no trace \
-                header for them",
+            NEW_TRACES,
         );
     }
     let default = TRACE_CONTEXT.debezium_default.unwrap_or_default();
@@ -236,8 +244,13 @@ mod tests {
         );
         // Tracing in use without a field: Debezium's default column, and the new
         // traces Debezium started for rows without context are a difference.
-        let json = minimal(r#", "transforms.r.tracing.operation.name": "x""#);
+        let json = minimal(
+            r#", "transforms.r.tracing.operation.name": "x",
+                "transforms.r.tracing.with.context.field.only": "false""#,
+        );
         let imported = import(&json).unwrap();
+        let only = "transforms.r.tracing.with.context.field.only";
+        assert_eq!(imported.notes.iter().filter(|n| n.key == only).count(), 1);
         let t: toml::Table = imported.toml.parse().unwrap();
         assert_eq!(t["trace_context"].as_str(), Some("tracingspancontext"));
         assert_eq!(
