@@ -8,6 +8,8 @@
 //!   retries instead of failing records, which would force a reconnect and resend.
 //! - `partitioner=murmur2_random`: the same partition as the Java client for the same
 //!   key, so consumers written against Debezium see identical placement.
+//! - `message.max.bytes=1048588`, the broker's default: every record a default
+//!   broker accepts leaves the relay (librdkafka's own 1,000,000 refused some).
 //! - Users may override anything with `--kafka-option`, except that turning
 //!   idempotence off or weakening acks is refused: it would break the per-key order and
 //!   "acked = durable" promises the LSN confirmation rests on.
