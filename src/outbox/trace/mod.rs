@@ -15,11 +15,16 @@
 //! says); the values are passed on unchanged (whitespace around them trimmed); no
 //! JSON tree is built: a path is followed through the JSON text, skipping the rest.
 //! See <https://www.w3.org/TR/trace-context/>.
+//!
+//! Files: `mod.rs` the field, the extraction and its outcome; `w3c.rs` the format
+//! checks; `seek.rs` the JSON walk.
 
 use std::fmt;
 
 use bytes::Bytes;
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::DeserializeSeed;
+
+use self::seek::{Seek, Value};
 
 /// Header name of the trace parent.
 pub const TRACEPARENT: &str = "traceparent";
@@ -275,217 +280,10 @@ fn shown(value: &[u8]) -> String {
     String::from_utf8_lossy(value).chars().take(80).collect()
 }
 
-fn is_lower_hex(s: &[u8]) -> bool {
-    s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+mod seek;
+mod w3c;
 
-/// The W3C `traceparent` rules: `version-traceid-parentid-flags`, lowercase hex,
-/// version `ff` forbidden, all-zero ids forbidden; version 00 is exactly 55
-/// characters, a later version may append `-…` fields (passed on unchanged).
-pub fn check_traceparent(v: &[u8]) -> Result<(), &'static str> {
-    if v.len() < 55 {
-        return Err("shorter than 55 characters");
-    }
-    let (version, trace_id, parent_id, flags) = (&v[0..2], &v[3..35], &v[36..52], &v[53..55]);
-    if v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
-        return Err("fields are not separated by '-' at the W3C positions");
-    }
-    if ![version, trace_id, parent_id, flags]
-        .into_iter()
-        .all(is_lower_hex)
-    {
-        return Err("a field is not lowercase hex");
-    }
-    if version == b"ff" {
-        return Err("version ff is forbidden");
-    }
-    if version == b"00" && v.len() != 55 {
-        return Err("version 00 is exactly 55 characters");
-    }
-    if v.len() > 55 && v[55] != b'-' {
-        return Err("a later version's extra fields must follow a '-'");
-    }
-    if trace_id.iter().all(|b| *b == b'0') {
-        return Err("the trace id is all zeros");
-    }
-    if parent_id.iter().all(|b| *b == b'0') {
-        return Err("the parent id is all zeros");
-    }
-    Ok(())
-}
-
-/// The W3C `tracestate` rules: at most 32 comma-separated `key=value` members
-/// (empty members allowed); keys `[a-z][a-z0-9_*/-]{0,255}` or `tenant@system`;
-/// values 1-256 printable ASCII characters except `,` and `=`, not ending in a space.
-pub fn check_tracestate(v: &[u8]) -> Result<(), &'static str> {
-    let mut members = 0;
-    for member in v.split(|b| *b == b',') {
-        let member = member.trim_ascii();
-        if member.is_empty() {
-            continue;
-        }
-        members += 1;
-        let Some(eq) = member.iter().position(|b| *b == b'=') else {
-            return Err("a member is not key=value");
-        };
-        let (key, value) = (&member[..eq], &member[eq + 1..]);
-        if !is_tracestate_key(key) {
-            return Err("a key is not [a-z][a-z0-9_*/-]{0,255} or tenant@system");
-        }
-        let printable = value
-            .iter()
-            .all(|b| (0x20..=0x7e).contains(b) && *b != b',' && *b != b'=');
-        if value.is_empty() || value.len() > 256 || !printable || value.ends_with(b" ") {
-            return Err("a value is not 1-256 printable characters without ',' or '='");
-        }
-    }
-    if members > 32 {
-        return Err("more than 32 members");
-    }
-    Ok(())
-}
-
-fn is_tracestate_key(key: &[u8]) -> bool {
-    let part_ok = |s: &[u8], first_digit_ok: bool, max: usize| {
-        let body = |b: &u8| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/');
-        match s.first() {
-            Some(b'a'..=b'z') => {}
-            Some(b'0'..=b'9') if first_digit_ok => {}
-            _ => return false,
-        }
-        s.len() <= max && s.iter().all(body)
-    };
-    match key.iter().position(|b| *b == b'@') {
-        None => part_ok(key, false, 256),
-        Some(at) => part_ok(&key[..at], true, 241) && part_ok(&key[at + 1..], false, 14),
-    }
-}
-
-/// What a JSON path leads to.
-enum Value {
-    Nothing,
-    Text(String),
-    Carrier(Option<String>, Option<String>),
-    Other(&'static str),
-}
-
-/// Follows `keys` through JSON without building it; at the end of the path reads a
-/// string or a carrier object.
-struct Seek<'k> {
-    keys: &'k [String],
-}
-
-impl<'de> DeserializeSeed<'de> for Seek<'_> {
-    type Value = Value;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl Seek<'_> {
-    fn scalar(&self, what: &'static str) -> Value {
-        if self.keys.is_empty() {
-            Value::Other(what)
-        } else {
-            Value::Nothing
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for Seek<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(match self.keys {
-            [] => Value::Text(v.to_owned()),
-            _ => Value::Nothing,
-        })
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Nothing)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
-        Ok(self.scalar("boolean"))
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
-        Ok(self.scalar("number"))
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
-        Ok(self.scalar("number"))
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
-        Ok(self.scalar("number"))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(self.scalar("array"))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let Some((first, rest)) = self.keys.split_first() else {
-            return carrier(map);
-        };
-        let mut found = Value::Nothing;
-        while let Some(hit) = map.next_key_seed(KeyOf(&[first.as_str()]))? {
-            match hit {
-                Some(_) => found = map.next_value_seed(Seek { keys: rest })?,
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// An object at the end of the path: its `traceparent` and `tracestate` strings.
-fn carrier<'de, A: MapAccess<'de>>(mut map: A) -> Result<Value, A::Error> {
-    let (mut parent, mut state) = (None, None);
-    while let Some(hit) = map.next_key_seed(KeyOf(&[TRACEPARENT, TRACESTATE]))? {
-        match hit {
-            Some(0) => parent = map.next_value::<Option<String>>()?,
-            Some(_) => state = map.next_value::<Option<String>>()?,
-            None => {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-    }
-    Ok(Value::Carrier(parent, state))
-}
-
-/// Reads an object key and tells which of the wanted names it is, without allocating.
-struct KeyOf<'a>(&'a [&'a str]);
-
-impl<'de> DeserializeSeed<'de> for KeyOf<'_> {
-    type Value = Option<usize>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyOf<'_> {
-    type Value = Option<usize>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Option<usize>, E> {
-        Ok(self.0.iter().position(|k| *k == v))
-    }
-}
+pub use w3c::{check_traceparent, check_tracestate};
 
 #[cfg(test)]
 mod tests;
