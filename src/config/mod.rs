@@ -401,4 +401,48 @@ mod tests {
         };
         assert!(matches!(source(&bad), Err(ConfigError::Table(_))));
     }
+
+    #[test]
+    fn trace_context_is_global_or_per_table_and_checked() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "pgoutbox",
+            "tail",
+            "--trace-context",
+            "headers",
+            "--table",
+            "a.o,b.o",
+        ])
+        .unwrap();
+        let crate::cli::Command::Tail(args) = cli.command else {
+            panic!()
+        };
+        let mut overrides = TableOverrides::new();
+        overrides.insert(
+            "b.o".into(),
+            [("trace_context".to_owned(), "payload.meta".to_owned())].into(),
+        );
+        let routing = RoutingConfig::from_args(&args.routing, &overrides).unwrap();
+        let tables = [
+            TableName::parse("a.o").unwrap(),
+            TableName::parse("b.o").unwrap(),
+        ];
+        let specs = routing.specs(&tables).unwrap();
+        let field = |i: usize| {
+            specs[i]
+                .mapping
+                .trace_context
+                .as_ref()
+                .map(|f| f.to_string())
+        };
+        assert_eq!(field(0).as_deref(), Some("headers"));
+        assert_eq!(field(1).as_deref(), Some("payload.meta"));
+        overrides.insert(
+            "a.o".into(),
+            [("trace_context".to_owned(), ".x".to_owned())].into(),
+        );
+        let routing = RoutingConfig::from_args(&args.routing, &overrides).unwrap();
+        let err = routing.specs(&tables).unwrap_err().to_string();
+        assert!(err.contains("invalid --trace-context \".x\""), "{err}");
+    }
 }
