@@ -89,8 +89,9 @@ const NEW_TRACES: &str = "Debezium started a new trace for rows without a contex
     sends no trace header for them";
 
 /// `trace_context` from `tracing.span.context.field` (and the notes of the other
-/// `tracing.*` options). Debezium traces only with OpenTelemetry on its class path,
-/// so the context column is mapped only when a `tracing.*` option says it was used.
+/// `tracing.*` options). Debezium traces only with OpenTelemetry on its class path
+/// and reads its default column only when the table has it, so only a column the
+/// connector names is mapped (a mapped column must exist); the default is hinted.
 fn tracing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Option<Entry> {
     let prefix = format!("transforms.{router}.tracing.");
     let options = cfg.get_prefixed(&prefix);
@@ -139,14 +140,21 @@ fn tracing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Option<Entry> {
             NEW_TRACES,
         );
     }
-    let default = TRACE_CONTEXT.debezium_default.unwrap_or_default();
-    Some(match column {
-        Some(c) => Entry::plain(c),
-        None => Entry::with(
-            default.to_owned(),
-            "Debezium's default tracing.span.context.field",
-        ),
-    })
+    if column.is_none() {
+        // A mapped column must exist, or every row stops the relay (missing-column):
+        // only a column the connector named is mapped.
+        let default = TRACE_CONTEXT.debezium_default.unwrap_or_default();
+        notes.unsupported(
+            &format!("transforms.{router}.{}", TRACE_CONTEXT.debezium),
+            None,
+            format!(
+                "Debezium read the trace context from its default column {default:?} when the \
+                    outbox has it; the TOML leaves trace_context commented out: uncomment it if \
+                    the table has that column"
+            ),
+        );
+    }
+    column.map(Entry::plain)
 }
 
 /// The settings, after the router's.
@@ -242,8 +250,8 @@ mod tests {
             kind("transforms.r.tracing.operation.name"),
             NoteKind::Ignored
         );
-        // Tracing in use without a field: Debezium's default column, and the new
-        // traces Debezium started for rows without context are a difference.
+        // Tracing in use without a field: Debezium's default column is only hinted
+        // (a mapped column that does not exist would stop every row).
         let json = minimal(
             r#", "transforms.r.tracing.operation.name": "x",
                 "transforms.r.tracing.with.context.field.only": "false""#,
@@ -252,7 +260,14 @@ mod tests {
         let only = "transforms.r.tracing.with.context.field.only";
         assert_eq!(imported.notes.iter().filter(|n| n.key == only).count(), 1);
         let t: toml::Table = imported.toml.parse().unwrap();
-        assert_eq!(t["trace_context"].as_str(), Some("tracingspancontext"));
+        assert!(!t.contains_key("trace_context"));
+        assert!(imported
+            .toml
+            .contains("\n# trace_context = \"tracingspancontext\""));
+        assert_eq!(
+            kind_of(&imported, "transforms.r.tracing.span.context.field"),
+            NoteKind::Unsupported
+        );
         assert_eq!(
             kind_of(&imported, "transforms.r.tracing.with.context.field.only"),
             NoteKind::Unsupported
