@@ -65,6 +65,7 @@ fn main() {
         }],
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
+        record_timestamp: Default::default(),
         max_in_flight_records: usize::MAX,
         max_in_flight_bytes: usize::MAX,
         drain_timeout: Duration::from_secs(1),

@@ -217,6 +217,23 @@ pub struct RoutingArgs {
     )]
     pub timestamp_column: String,
 
+    /// Propagate W3C trace context: the column (or COLUMN.KEY[.KEY…], keys into a
+    /// JSON column such as the payload or a headers column) whose value becomes the
+    /// record headers `traceparent` and `tracestate`. The value there may be a
+    /// traceparent string, a JSON object with `traceparent` (and `tracestate`) keys,
+    /// or Debezium's properties text (`traceparent=…`). A NULL or missing value sends
+    /// no header; a malformed one is logged, counted
+    /// (pgoutbox_trace_context_total) and left out — the event is still sent.
+    /// Examples: --trace-context traceparent, --trace-context headers,
+    /// --trace-context payload.meta.traceparent. Off when unset.
+    #[arg(
+        long,
+        alias = keys::TRACE_CONTEXT.debezium,
+        env = "PGOUTBOX_TRACE_CONTEXT",
+        value_name = "COLUMN[.KEY…]"
+    )]
+    pub trace_context: Option<String>,
+
     /// Column reported as `aggregate_type` by tail.
     #[arg(
         long,
@@ -315,16 +332,29 @@ pub struct RunArgs {
 
     /// What to do with a poison row: `fail` (stop before it, the default), `dlq`
     /// (write it to --dlq-topic with the reason in headers) or `skip` (log and count).
-    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key, invalid-topic,
-    /// too-large, invalid-json, missing-column. Repeatable, applied in order, e.g.
-    /// `--on-invalid dlq --on-invalid missing-column=fail`.
+    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key (key column NULL or
+    /// empty), invalid-topic, null-route (route-by column NULL or empty: the topic
+    /// would be the template's bare prefix, e.g. `outbox.event.`), too-large,
+    /// invalid-json, missing-column. `null-key=deliver` sends keyless rows as they
+    /// are, as Debezium does: NULL → a null Kafka key (spread over partitions, no
+    /// per-key order), empty → empty key bytes (one fixed partition). Repeatable,
+    /// applied in order, e.g. `--on-invalid dlq --on-invalid missing-column=fail`.
     #[arg(
         long,
         env = "PGOUTBOX_ON_INVALID",
         value_delimiter = ',',
-        value_name = "[CAUSE=]fail|dlq|skip"
+        value_name = "[CAUSE=]fail|dlq|skip|deliver"
     )]
     pub on_invalid: Vec<String>,
+
+    /// The time each record carries: `column` (the timestamp column, e.g.
+    /// created_at; the commit time when it is absent, NULL or unparseable),
+    /// `commit` (the transaction's commit time) or `processing` (when pgoutbox read
+    /// the row, as Debezium stamps it; a record resent after a restart gets a new
+    /// time). For the broker's append time, set the topic's
+    /// message.timestamp.type=LogAppendTime instead.
+    #[arg(long, env = "PGOUTBOX_RECORD_TIMESTAMP", value_enum, default_value_t = RecordTimestampArg::Column)]
+    pub record_timestamp: RecordTimestampArg,
 
     /// Dead-letter topic for `--on-invalid dlq`.
     #[arg(
@@ -387,6 +417,17 @@ pub enum OnUpdateArg {
     Warn,
     /// Stop the relay.
     Fail,
+}
+
+/// `--record-timestamp` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecordTimestampArg {
+    /// The timestamp column, else the commit time.
+    Column,
+    /// The transaction's commit time.
+    Commit,
+    /// When pgoutbox read the row (Debezium's default).
+    Processing,
 }
 
 /// `pgoutbox config …`.
@@ -520,7 +561,11 @@ mod tests {
             let aliases = arg.get_all_aliases().unwrap_or_default();
             assert_eq!(aliases, vec![k.debezium], "--{long}");
             let defaults: Vec<_> = arg.get_default_values().iter().collect();
-            assert_eq!(defaults, vec![k.default], "--{long}");
+            if k.default.is_empty() {
+                assert!(defaults.is_empty(), "--{long} has no default");
+            } else {
+                assert_eq!(defaults, vec![k.default], "--{long}");
+            }
         }
     }
 

@@ -151,11 +151,15 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
 
 async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()> {
     let source = config::source(&args.source)?;
-    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    let routing = RoutingConfig::from_args(&args.routing, overrides)?;
     let mut columns: Vec<String> = Vec::new();
-    for spec in routing.specs(&source.tables) {
+    for spec in routing.specs(&source.tables)? {
         let m = spec.mapping;
-        for c in [m.id, m.route_by, m.key, m.payload] {
+        let trace = m.trace_context.map(|t| t.column);
+        for c in [m.id, m.route_by, m.key, m.payload]
+            .into_iter()
+            .chain(trace)
+        {
             if !columns.contains(&c) {
                 columns.push(c);
             }

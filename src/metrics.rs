@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::outbox::invalid::{Action, Cause};
+use crate::outbox::trace::Outcome;
 
 /// Column order of the invalid-row counters.
-const ACTIONS: [Action; 3] = [Action::Fail, Action::Dlq, Action::Skip];
+const ACTIONS: [Action; 4] = Action::ALL;
 
 /// Records acked by Kafka, per topic.
 pub const EVENTS_PUBLISHED: &str = "outbox_events_published_total";
@@ -23,6 +24,8 @@ pub const EVENTS_PUBLISHED: &str = "outbox_events_published_total";
 pub const EVENTS_FAILED: &str = "outbox_events_failed_total";
 /// Poison rows by cause and action (`--on-invalid`).
 pub const INVALID_ROWS: &str = "pgoutbox_invalid_rows_total";
+/// Rows' trace context by outcome (`--trace-context`).
+pub const TRACE_CONTEXT: &str = "pgoutbox_trace_context_total";
 /// Commit → broker-ack latency histogram.
 pub const RELAY_LATENCY: &str = "outbox_relay_latency_seconds";
 /// WAL bytes between the server's WAL end and the confirmed LSN.
@@ -51,7 +54,9 @@ pub struct Metrics {
     published: Mutex<BTreeMap<String, u64>>,
     failed: Mutex<BTreeMap<String, u64>>,
     /// [cause][action], indexed by `Cause::index` and `ACTIONS`.
-    invalid: [[AtomicU64; 3]; 5],
+    invalid: [[AtomicU64; ACTIONS.len()]; Cause::ALL.len()],
+    /// Indexed like `Outcome::ALL`.
+    trace_context: [AtomicU64; Outcome::ALL.len()],
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -89,6 +94,12 @@ impl Metrics {
     pub fn invalid_row(&self, cause: Cause, action: Action) {
         let a = ACTIONS.iter().position(|x| *x == action).unwrap_or(0);
         self.invalid[cause.index()][a].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A row's trace context went `outcome`.
+    pub fn trace_context(&self, outcome: Outcome) {
+        let i = Outcome::ALL.iter().position(|x| *x == outcome).unwrap_or(0);
+        self.trace_context[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// One commit → ack latency sample.
@@ -179,10 +190,13 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP {INVALID_ROWS} Poison outbox rows, by cause and the action taken (--on-invalid).\n# TYPE {INVALID_ROWS} counter"
+            "# HELP {INVALID_ROWS} Outbox rows with a poison cause, by cause and the action taken (--on-invalid; deliver: sent as they are).\n# TYPE {INVALID_ROWS} counter"
         );
         for cause in Cause::ALL {
             for (action, n) in ACTIONS.iter().zip(&self.invalid[cause.index()]) {
+                if !cause.allows(*action) {
+                    continue;
+                }
                 let _ = writeln!(
                     out,
                     "{INVALID_ROWS}{{cause=\"{}\",action=\"{}\"}} {}",
@@ -191,6 +205,18 @@ impl Metrics {
                     n.load(Ordering::Relaxed)
                 );
             }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {TRACE_CONTEXT} Outbox rows by what became of their W3C trace context (--trace-context).\n# TYPE {TRACE_CONTEXT} counter"
+        );
+        for (outcome, n) in Outcome::ALL.iter().zip(&self.trace_context) {
+            let _ = writeln!(
+                out,
+                "{TRACE_CONTEXT}{{outcome=\"{}\"}} {}",
+                outcome.name(),
+                n.load(Ordering::Relaxed)
+            );
         }
         let _ = writeln!(
             out,

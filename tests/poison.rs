@@ -69,7 +69,11 @@ const POISON: &[(Row, &str)] = &[
         row("bad-topic", "'no such/topic'", "'k1'", "'{}'"),
         "invalid-topic",
     ),
-    // 10 MB: above librdkafka's default message.max.bytes (1,000,000).
+    // Without a routing value the topic would be the template's bare prefix
+    // (`<db>.`), which no consumer reads: Debezium fails its task on it.
+    (row("null-route", "NULL", "'k1'", "'{}'"), "null-route"),
+    (row("empty-route", "''", "'k1'", "'{}'"), "null-route"),
+    // 10 MB: above pgoutbox's default message.max.bytes (1,048,588, the broker's default).
     (
         row(
             "ten-mb",
@@ -272,6 +276,11 @@ async fn dlq_policy_dead_letters_every_cause_and_delivers_the_rest() {
         Some(format!("{}.no such/topic", db.name).as_str())
     );
     assert_eq!(
+        letter("null-route").header("pgoutbox.dlq.topic").as_deref(),
+        Some(format!("{}.", db.name).as_str()),
+        "the topic the row would have gone to"
+    );
+    assert_eq!(
         letter("ten-mb").value,
         None,
         "a too-large payload is omitted"
@@ -290,6 +299,7 @@ async fn dlq_policy_dead_letters_every_cause_and_delivers_the_rest() {
     let m = metrics(&relay);
     assert_eq!(counter(&m, "null-key", "dlq"), 2);
     assert_eq!(counter(&m, "invalid-topic", "dlq"), 1);
+    assert_eq!(counter(&m, "null-route", "dlq"), 2);
     assert_eq!(counter(&m, "too-large", "dlq"), 1);
     assert_eq!(counter(&m, "invalid-json", "dlq"), 2);
     assert_eq!(counter(&m, "missing-column", "dlq"), 1);
@@ -315,6 +325,7 @@ async fn skip_policy_counts_and_moves_on_without_a_dead_letter() {
     let m = metrics(&relay);
     assert_eq!(counter(&m, "null-key", "skip"), 2);
     assert_eq!(counter(&m, "invalid-topic", "skip"), 1);
+    assert_eq!(counter(&m, "null-route", "skip"), 2);
     assert_eq!(counter(&m, "too-large", "skip"), 1);
     assert_eq!(counter(&m, "invalid-json", "skip"), 2);
     assert_eq!(counter(&m, "missing-column", "skip"), 1);

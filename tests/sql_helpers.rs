@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use support::{PgCluster, TestDb};
 
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     "outbox_emit.sql",
     "outbox_cleanup.sql",
     "outbox_backlog.sql",
     "consumer_dedup.sql",
+    // Exercised with the relay in `edges` (trace context read back from Kafka).
+    "outbox_trace.sql",
 ];
 
 fn sql_path(file: &str) -> PathBuf {

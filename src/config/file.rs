@@ -31,6 +31,7 @@ pub const TABLE_KEYS: &[&str] = &[
     "payload_column",
     "timestamp_column",
     "aggregate_type_column",
+    "trace_context",
 ];
 
 /// A problem with the configuration file.

@@ -23,13 +23,16 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    OnUpdateArg, RecordTimestampArg, RoutingArgs, RunArgs, SourceArgs, TailArgs,
+    TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};
+use crate::outbox::record::RecordTimestamp;
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
+use crate::outbox::trace::{TraceError, TraceField};
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
@@ -84,6 +87,9 @@ pub enum ConfigError {
     /// No state directory.
     #[error(transparent)]
     StateDir(#[from] crate::state::StateError),
+    /// A `--trace-context` (or a table's `trace_context`) that does not parse.
+    #[error(transparent)]
+    TraceContext(#[from] TraceError),
 }
 
 /// How rows become records: the global column mapping and topic template, and the
@@ -139,8 +145,8 @@ pub fn source(args: &SourceArgs) -> Result<SourceConfig, ConfigError> {
 
 impl RoutingConfig {
     /// Validate routing arguments; `overrides` come from the config file.
-    pub fn from_args(args: &RoutingArgs, overrides: &TableOverrides) -> Self {
-        Self {
+    pub fn from_args(args: &RoutingArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
+        Ok(Self {
             overrides: overrides.clone(),
             mapping: ColumnMapping {
                 id: args.id_column.clone(),
@@ -150,14 +156,15 @@ impl RoutingConfig {
                 event_type: args.event_type_column.clone(),
                 payload: args.payload_column.clone(),
                 timestamp: args.timestamp_column.clone(),
+                trace_context: TraceField::parse(args.trace_context.as_deref().unwrap_or(""))?,
             },
             topic_template: TopicTemplate::new(&args.topic_template),
-        }
+        })
     }
 
     /// One spec per table: the global mapping and template, with the table's
     /// overrides from the config file applied.
-    pub fn specs(&self, tables: &[TableName]) -> Vec<TableSpec> {
+    pub fn specs(&self, tables: &[TableName]) -> Result<Vec<TableSpec>, ConfigError> {
         tables
             .iter()
             .map(|table| {
@@ -175,14 +182,15 @@ impl RoutingConfig {
                         "payload_column" => mapping.payload = v,
                         "timestamp_column" => mapping.timestamp = v,
                         "aggregate_type_column" => mapping.aggregate_type = v,
+                        "trace_context" => mapping.trace_context = TraceField::parse(&v)?,
                         _ => {}
                     }
                 }
-                TableSpec {
+                Ok(TableSpec {
                     table: table.clone(),
                     mapping,
                     template,
-                }
+                })
             })
             .collect()
     }
@@ -205,9 +213,9 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
 /// Validate `tail` arguments.
 pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, ConfigError> {
     let source = source(&args.source)?;
-    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    let routing = RoutingConfig::from_args(&args.routing, overrides)?;
     Ok(TailConfig {
-        tables: routing.specs(&source.tables),
+        tables: routing.specs(&source.tables)?,
         source,
         format: match args.format {
             TailFormatArg::Json => TailFormat::Json,
@@ -221,7 +229,7 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
 /// Validate `run` arguments.
 pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
     let source = source(&args.source)?;
-    let routing = RoutingConfig::from_args(&args.routing, overrides);
+    let routing = RoutingConfig::from_args(&args.routing, overrides)?;
     // Parsing also refuses unsafe options, before anything connects.
     let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
     if let Some(path) = &args.kafka_sasl_password_file {
@@ -239,13 +247,18 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
         return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
     }
     let pipeline = PipelineConfig {
-        tables: routing.specs(&source.tables),
+        tables: routing.specs(&source.tables)?,
         on_update: match args.on_update {
             OnUpdateArg::Ignore => OnUpdate::Ignore,
             OnUpdateArg::Warn => OnUpdate::Warn,
             OnUpdateArg::Fail => OnUpdate::Fail,
         },
         invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
+        record_timestamp: match args.record_timestamp {
+            RecordTimestampArg::Column => RecordTimestamp::Column,
+            RecordTimestampArg::Commit => RecordTimestamp::Commit,
+            RecordTimestampArg::Processing => RecordTimestamp::Processing,
+        },
         max_in_flight_records: args.max_in_flight,
         max_in_flight_bytes: args.max_in_flight_bytes,
         drain_timeout: args.drain_timeout,
@@ -319,6 +332,7 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         cfg.pipeline.max_in_flight_bytes.to_string(),
     );
     line("on_invalid", list(cfg.pipeline.invalid.describe()));
+    line("record_timestamp", q(cfg.pipeline.record_timestamp.name()));
     line("dlq_topic", q(&cfg.pipeline.invalid.dlq_topic));
     line(
         "drain_timeout",
@@ -350,6 +364,9 @@ pub fn show_toml(cfg: &RunConfig) -> String {
             ("aggregate_type_column", m.aggregate_type.clone()),
         ] {
             out.push_str(&format!("{k} = {}\n", q(&v)));
+        }
+        if let Some(field) = &m.trace_context {
+            out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
         }
     }
     out
@@ -383,5 +400,49 @@ mod tests {
             ..args
         };
         assert!(matches!(source(&bad), Err(ConfigError::Table(_))));
+    }
+
+    #[test]
+    fn trace_context_is_global_or_per_table_and_checked() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "pgoutbox",
+            "tail",
+            "--trace-context",
+            "headers",
+            "--table",
+            "a.o,b.o",
+        ])
+        .unwrap();
+        let crate::cli::Command::Tail(args) = cli.command else {
+            panic!()
+        };
+        let mut overrides = TableOverrides::new();
+        overrides.insert(
+            "b.o".into(),
+            [("trace_context".to_owned(), "payload.meta".to_owned())].into(),
+        );
+        let routing = RoutingConfig::from_args(&args.routing, &overrides).unwrap();
+        let tables = [
+            TableName::parse("a.o").unwrap(),
+            TableName::parse("b.o").unwrap(),
+        ];
+        let specs = routing.specs(&tables).unwrap();
+        let field = |i: usize| {
+            specs[i]
+                .mapping
+                .trace_context
+                .as_ref()
+                .map(|f| f.to_string())
+        };
+        assert_eq!(field(0).as_deref(), Some("headers"));
+        assert_eq!(field(1).as_deref(), Some("payload.meta"));
+        overrides.insert(
+            "a.o".into(),
+            [("trace_context".to_owned(), ".x".to_owned())].into(),
+        );
+        let routing = RoutingConfig::from_args(&args.routing, &overrides).unwrap();
+        let err = routing.specs(&tables).unwrap_err().to_string();
+        assert!(err.contains("invalid --trace-context \".x\""), "{err}");
     }
 }

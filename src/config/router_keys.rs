@@ -82,6 +82,16 @@ pub const TIMESTAMP_COLUMN: RouterKey = RouterKey {
     debezium_default: None,
 };
 
+/// Where the W3C trace context is. Debezium's field holds Java properties text
+/// (`traceparent=…`), one of the forms pgoutbox reads; unset (`""`), nothing is
+/// propagated, while Debezium's default is the column `tracingspancontext`.
+pub const TRACE_CONTEXT: RouterKey = RouterKey {
+    key: "trace_context",
+    default: "",
+    debezium: "tracing.span.context.field",
+    debezium_default: Some("tracingspancontext"),
+};
+
 /// Every router option pgoutbox translates.
 pub const ROUTER_KEYS: &[RouterKey] = &[
     ROUTE_BY_FIELD,
@@ -91,6 +101,7 @@ pub const ROUTER_KEYS: &[RouterKey] = &[
     EVENT_TYPE_COLUMN,
     PAYLOAD_COLUMN,
     TIMESTAMP_COLUMN,
+    TRACE_CONTEXT,
 ];
 
 /// The pgoutbox key for a Debezium option name, if it is one of the table's.

@@ -8,6 +8,8 @@
 //!   retries instead of failing records, which would force a reconnect and resend.
 //! - `partitioner=murmur2_random`: the same partition as the Java client for the same
 //!   key, so consumers written against Debezium see identical placement.
+//! - `message.max.bytes=1048588`, the broker's default: every record a default
+//!   broker accepts leaves the relay (librdkafka's own 1,000,000 refused some).
 //! - Users may override anything with `--kafka-option`, except that turning
 //!   idempotence off or weakening acks is refused: it would break the per-key order and
 //!   "acked = durable" promises the LSN confirmation rests on.
@@ -76,7 +78,22 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // transactions), ~15 % of its CPU; compress at the topic or set
     // --kafka-option compression.type=lz4 where bandwidth matters more.
     ("compression.type", "none"),
+    // Every record a broker with Kafka's default limit takes must leave the relay.
+    // librdkafka refuses a record up front when 36 bytes of worst-case record
+    // framing + key + value + headers exceed message.max.bytes (default 1,000,000:
+    // a 1,030,000-byte payload was refused, which Debezium's Java producer, whose
+    // max.request.size is 1,048,576, delivers). The broker's message.max.bytes
+    // (1,048,588) bounds a whole record batch — its 61-byte header plus the
+    // records — so anything it accepts passes this check, and anything larger is
+    // refused by the broker in its turn. batch.size stays at librdkafka's
+    // 1,000,000, under the broker limit: several records are only batched up to
+    // it, and a single larger record goes alone.
+    ("message.max.bytes", MESSAGE_MAX_BYTES),
 ];
+
+/// The broker's default `message.max.bytes` (Kafka 1 MiB + 12 bytes of log
+/// overhead), pgoutbox's default limit for one record.
+pub const MESSAGE_MAX_BYTES: &str = "1048588";
 
 /// Whether the value of configuration key `key` (librdkafka's, or a Kafka Connect /
 /// Debezium one) is a credential: passwords and passphrases, secrets, tokens,
@@ -304,6 +321,9 @@ mod tests {
         assert_eq!(cfg.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cfg.get("linger.ms"), Some("20"));
         assert_eq!(cfg.get("bootstrap.servers"), Some("b:9092"));
+        assert_eq!(cfg.get("message.max.bytes"), Some("1048588"));
+        let cfg = producer_config("b", &options(&["message.max.bytes=10485760"])).unwrap();
+        assert_eq!(cfg.get("message.max.bytes"), Some("10485760"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Outbox row → [`OutboxEvent`].
 //!
 //! Owns the column mapping (which column holds the event id, the routing value, the
-//! key, the type, the payload and the timestamp) and its resolution against the
+//! key, the type, the payload, the timestamp and the trace context) and its resolution against the
 //! columns of a pgoutput `Relation`. Values stay as zero-copy `Bytes` slices of the
 //! replication message in PostgreSQL text format.
 //!
@@ -12,6 +12,7 @@
 
 use bytes::Bytes;
 
+use crate::outbox::trace::TraceField;
 use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
 
 /// Which column carries which part of the event. Defaults are the table of
@@ -32,6 +33,9 @@ pub struct ColumnMapping {
     pub payload: String,
     /// Record timestamp (Debezium `table.field.event.timestamp`); optional in the table.
     pub timestamp: String,
+    /// Where the W3C trace context is (`--trace-context`); `None`: not propagated.
+    /// When set, its column must exist.
+    pub trace_context: Option<TraceField>,
 }
 
 impl Default for ColumnMapping {
@@ -44,6 +48,7 @@ impl Default for ColumnMapping {
             event_type: "event_type".into(),
             payload: "payload".into(),
             timestamp: "created_at".into(),
+            trace_context: None,
         }
     }
 }
@@ -72,6 +77,8 @@ pub struct ResolvedMapping {
     event_type: Option<usize>,
     payload: usize,
     timestamp: Option<usize>,
+    /// The trace-context column and the JSON keys to follow in it.
+    trace: Option<(usize, Vec<String>)>,
     /// The payload column is neither `json` nor `jsonb`: PostgreSQL did not check
     /// that it holds JSON.
     payload_unchecked: bool,
@@ -101,6 +108,10 @@ impl ColumnMapping {
         };
         let payload = require(&self.payload, "payload")?;
         let payload_type = relation.columns[payload].type_oid;
+        let trace = match &self.trace_context {
+            Some(field) => Some((require(&field.column, "trace context")?, field.keys.clone())),
+            None => None,
+        };
         Ok(ResolvedMapping {
             id: require(&self.id, "id")?,
             aggregate_type: find(&self.aggregate_type),
@@ -109,6 +120,7 @@ impl ColumnMapping {
             event_type: find(&self.event_type),
             payload,
             timestamp: find(&self.timestamp),
+            trace,
             payload_unchecked: payload_type != JSON_OID && payload_type != JSONB_OID,
         })
     }
@@ -131,6 +143,8 @@ pub struct OutboxEvent {
     pub payload: Option<Bytes>,
     /// Timestamp text, e.g. `2026-11-29 13:09:37.123456+00`.
     pub timestamp: Option<Bytes>,
+    /// The trace-context column's text (`None` when NULL or not mapped).
+    pub trace_context: Option<Bytes>,
 }
 
 impl ResolvedMapping {
@@ -138,6 +152,11 @@ impl ResolvedMapping {
     /// `varchar`, `bytea`, …), so the relay must check it.
     pub fn payload_unchecked(&self) -> bool {
         self.payload_unchecked
+    }
+
+    /// The JSON keys to follow in the trace-context column, when one is mapped.
+    pub fn trace_keys(&self) -> Option<&[String]> {
+        self.trace.as_ref().map(|(_, keys)| keys.as_slice())
     }
 
     /// Extract the event from an inserted tuple.
@@ -155,6 +174,7 @@ impl ResolvedMapping {
             event_type: optional(self.event_type),
             payload: value(self.payload),
             timestamp: optional(self.timestamp),
+            trace_context: optional(self.trace.as_ref().map(|(i, _)| *i)),
         }
     }
 }

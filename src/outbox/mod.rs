@@ -8,6 +8,8 @@
 //! - [`invalid`]: poison rows — causes, checks, the `--on-invalid` policy, dead
 //!   letters, and the error that stops the relay on one.
 //! - [`json`]: the JSON syntax check for payloads in `text` columns.
+//! - [`trace`]: W3C trace context (`traceparent`, `tracestate`) from a column or
+//!   a JSON key, checked before it becomes headers.
 
 pub mod event;
 pub mod invalid;
@@ -15,3 +17,4 @@ pub mod json;
 pub mod record;
 pub mod routing;
 pub mod tables;
+pub mod trace;

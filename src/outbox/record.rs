@@ -2,8 +2,9 @@
 //!
 //! Owns the contract of PRODUCT.md: topic = template with the route value; key =
 //! aggregate id (UTF-8 bytes as stored); value = payload text; headers `id` and
-//! `event_type`; timestamp = the timestamp column (falling back to the commit time
-//! when the column is absent, NULL or unparseable). Invariant: building a record
+//! `event_type`; timestamp by [`RecordTimestamp`] (default: the timestamp column,
+//! falling back to the commit time when the column is absent, NULL or
+//! unparseable). Invariant: building a record
 //! never fails and never copies a value — the bytes are slices of the WAL message;
 //! the legality of the topic name is checked separately ([`routing::is_valid_topic`]).
 
@@ -11,7 +12,45 @@ use bytes::Bytes;
 
 use crate::outbox::event::OutboxEvent;
 use crate::outbox::routing::{self, TopicTemplate};
-use crate::pg::timestamp::{parse_timestamp_bytes, to_unix_micros};
+use crate::pg::timestamp::{now_pg_micros, parse_timestamp_bytes, to_unix_micros};
+
+/// Which time a record carries (`--record-timestamp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordTimestamp {
+    /// The timestamp column (`created_at`), else the commit time.
+    #[default]
+    Column,
+    /// The transaction's commit time, whatever the columns hold.
+    Commit,
+    /// When the relay read the row (Debezium's behaviour without
+    /// `table.field.event.timestamp`); a resent record gets a new time.
+    Processing,
+}
+
+impl RecordTimestamp {
+    /// The name used in `--record-timestamp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordTimestamp::Column => "column",
+            RecordTimestamp::Commit => "commit",
+            RecordTimestamp::Processing => "processing",
+        }
+    }
+
+    /// Milliseconds since the Unix epoch for a row whose timestamp column holds
+    /// `column` (text, `None` for NULL or no such column), committed at
+    /// `commit_time` (µs since 2000-01-01).
+    pub fn millis(self, column: Option<&[u8]>, commit_time: i64) -> i64 {
+        let pg_ms = |pg_micros: i64| to_unix_micros(pg_micros).div_euclid(1000);
+        match self {
+            RecordTimestamp::Column => column
+                .and_then(parse_timestamp_bytes)
+                .unwrap_or_else(|| pg_ms(commit_time)),
+            RecordTimestamp::Commit => pg_ms(commit_time),
+            RecordTimestamp::Processing => pg_ms(now_pg_micros()),
+        }
+    }
+}
 
 /// One record ready for the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,24 +67,19 @@ pub struct KafkaRecord {
     pub event_type: Option<Bytes>,
     /// Record timestamp, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
-    /// Further headers (dead-letter records only; empty otherwise, so no allocation).
+    /// Further headers: a dead letter's, or the trace context (`traceparent`,
+    /// `tracestate`); empty otherwise, so no allocation.
     pub headers: Vec<(&'static str, Bytes)>,
 }
 
 impl KafkaRecord {
-    /// Build the record for `event`; `commit_time` (µs since 2000-01-01) is the
-    /// timestamp fallback.
-    pub fn from_event(event: &OutboxEvent, template: &TopicTemplate, commit_time: i64) -> Self {
+    /// Build the record for `event`, stamped `timestamp_ms` (see [`RecordTimestamp`]).
+    pub fn from_event(event: &OutboxEvent, template: &TopicTemplate, timestamp_ms: i64) -> Self {
         let route = event
             .route_value
             .as_deref()
             .map(String::from_utf8_lossy)
             .unwrap_or_default();
-        let timestamp_ms = event
-            .timestamp
-            .as_deref()
-            .and_then(parse_timestamp_bytes)
-            .unwrap_or_else(|| to_unix_micros(commit_time).div_euclid(1000));
         Self {
             topic: template.render(&route),
             key: event.key.clone(),
@@ -97,13 +131,41 @@ mod tests {
             event_type: b("Created"),
             payload: b("{\"a\": 1}"),
             timestamp: b("2026-11-29 13:28:54.980104+00"),
+            trace_context: None,
         };
-        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 0);
+        let ts = RecordTimestamp::Column.millis(ev.timestamp.as_deref(), 0);
+        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), ts);
         assert_eq!(r.topic, "outbox.event.order");
         assert_eq!(r.key, b("42"));
         assert_eq!(r.value, b("{\"a\": 1}"));
         assert_eq!(r.timestamp_ms, 1_795_958_934_980);
         assert!(r.has_valid_topic());
+    }
+
+    #[test]
+    fn record_timestamp_modes() {
+        let column = Some(&b"2026-11-29 13:28:54.980104+00"[..]);
+        // Commit time 1 s after 2000-01-01.
+        let commit = 1_000_000;
+        assert_eq!(
+            RecordTimestamp::Column.millis(column, commit),
+            1_795_958_934_980
+        );
+        assert_eq!(
+            RecordTimestamp::Column.millis(None, commit),
+            946_684_801_000
+        );
+        assert_eq!(
+            RecordTimestamp::Commit.millis(column, commit),
+            946_684_801_000
+        );
+        let before = to_unix_micros(now_pg_micros()) / 1000;
+        let now = RecordTimestamp::Processing.millis(column, commit);
+        let after = to_unix_micros(now_pg_micros()) / 1000;
+        assert!(
+            (before..=after).contains(&now),
+            "{before} <= {now} <= {after}"
+        );
     }
 
     #[test]
@@ -116,8 +178,10 @@ mod tests {
             event_type: None,
             payload: None,
             timestamp: b("not a time"),
+            trace_context: None,
         };
-        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 1_000_000);
+        let ts = RecordTimestamp::Column.millis(ev.timestamp.as_deref(), 1_000_000);
+        let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), ts);
         assert_eq!(r.timestamp_ms, 946_684_801_000);
         assert_eq!(r.topic, "outbox.event.");
         assert!(r.has_valid_topic());

@@ -85,6 +85,8 @@ pub struct PipelineConfig {
     pub on_update: OnUpdate,
     /// Poison-row policy (`--on-invalid`, `--dlq-topic`).
     pub invalid: InvalidPolicy,
+    /// Which time records carry (`--record-timestamp`).
+    pub record_timestamp: crate::outbox::record::RecordTimestamp,
     /// Stop reading WAL at this many unacked records.
     pub max_in_flight_records: usize,
     /// … or at this many unacked bytes.

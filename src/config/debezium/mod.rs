@@ -10,6 +10,7 @@
 //!           connector class, transforms, plugin, database, slot, tables      source
 //!           Outbox Event Router options                                      router
 //!           converters, producer.override.*                                  converters
+//!           NULL/empty key and route, timestamp, tracing.*                   edges
 //!           every key no step read                                           leftovers
 //!      ─► TOML text (header listing what behaves differently, then settings) output
 //! ```
@@ -34,6 +35,7 @@
 //! so any "translated" file would route every event somewhere else.
 
 mod converters;
+mod edges;
 mod input;
 mod leftovers;
 mod output;
@@ -256,6 +258,7 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
     let tables = tables(&mut cfg, &mut notes);
     let routing = routing(&mut cfg, &mut notes, &router);
     converters(&mut cfg, &mut notes, routing.expand_json);
+    let edges = edges::edges(&mut cfg, &mut notes, &router, &routing);
     let kafka_options = producer_overrides(&mut cfg, &mut notes);
     leftovers(&mut cfg, &mut notes, &router);
 
@@ -268,6 +271,7 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
         tables,
         kafka_options,
         routing,
+        edges,
     };
     let toml = render(&settings, &notes.0);
     Ok(Imported {
@@ -286,6 +290,7 @@ struct Settings {
     tables: Entry<Vec<String>>,
     kafka_options: Vec<String>,
     routing: Routing,
+    edges: edges::Edges,
 }
 
 /// One TOML value and the comment written after it.

@@ -79,6 +79,7 @@ pub(super) fn render(s: &Settings, notes: &[Note]) -> String {
     if let Some(ts) = &r.timestamp {
         out.entry("timestamp_column", ts);
     }
+    super::edges::render(&mut out, &s.edges);
     out.0
 }
 

@@ -78,15 +78,8 @@ pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Rout
             notes.translated(&ts_key, Some(&v), "timestamp_column (record timestamp)");
             Some(Entry::plain(v))
         }
-        None => {
-            notes.ignored(
-                &ts_key,
-                None,
-                "Debezium stamped records with its processing time; pgoutbox uses the column \
-                    created_at when the table has one, else the commit time",
-            );
-            None
-        }
+        // What the record is stamped with instead: `edges`.
+        None => None,
     };
 
     let topic_template = topic_template(cfg, notes, router);
@@ -328,13 +321,7 @@ pub(super) fn router_options(
             );
         }
     }
-    for (key, v) in cfg.get_prefixed(&k("tracing.")) {
-        notes.unsupported(
-            &key,
-            Some(&v),
-            "pgoutbox does not propagate tracing span context",
-        );
-    }
+    // tracing.*: `edges` (trace_context).
     for option in ["predicate", "negate"] {
         let key = k(option);
         if let Some(v) = cfg.get(&key) {

@@ -70,6 +70,11 @@ key_column = "aggregate_id"
 event_type_column = "event_type"
 payload_column = "body"
 timestamp_column = "occurred_at"
+
+# Rows Debezium handled its own way (see the notes on stderr)
+on_invalid = ["null-key=deliver"]  # rows with a NULL or empty key are delivered (null / empty Kafka key), as Debezium did
+record_timestamp = "column"  # timestamp_column, as Debezium did
+# trace_context = "tracingspancontext"  # if the outbox has Debezium's tracing column: sends its W3C trace context as headers traceparent/tracestate
 "#;
 
 /// The smallest connector Debezium accepts with an Outbox Event Router.

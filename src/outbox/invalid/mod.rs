@@ -12,13 +12,20 @@
 //! - `mod.rs`: [`Cause`] and [`Invalid`] (one row's diagnosis);
 //! - `check.rs`: [`check`], the causes found on a built record;
 //! - `policy.rs`: [`Action`] and [`InvalidPolicy`] (`--on-invalid`, `--dlq-topic`);
+//! - `check.rs` also holds [`diagnose`], the one verdict on a built record (the
+//!   causes above in order, and `null-key=deliver`);
 //! - `records.rs`: [`dead_letter`], [`unmapped_row`], [`refused_by_broker`] and the
 //!   dead-letter [`header`] names;
 //! - `poison.rs`: [`PoisonRow`], the error of `--on-invalid fail`, and its fix texts.
 //!
 //! Causes:
 //! - `null-key`: the key column is NULL or empty (no partition, no per-key order);
+//!   the only cause that may also be delivered as is (`null-key=deliver`: a NULL key
+//!   becomes a Kafka null key, an empty one empty key bytes);
 //! - `invalid-topic`: the routing value renders an illegal Kafka topic name;
+//! - `null-route`: the route-by column is NULL or empty while the topic template
+//!   uses it: the topic would be the template's bare prefix (`outbox.event.`),
+//!   which no consumer reads — Debezium fails its task on such a row;
 //! - `too-large`: the producer or the broker refuses the record's size;
 //! - `invalid-json`: the payload column is not `json`/`jsonb` and its text is not
 //!   one JSON value (also catches invalid UTF-8);
@@ -35,7 +42,7 @@ mod poison;
 mod policy;
 mod records;
 
-pub use check::check;
+pub use check::{check, check_route, diagnose, Verdict};
 pub use poison::{fix_for, PoisonRow};
 pub use policy::{Action, InvalidPolicy, PolicyError, DEFAULT_DLQ_TOPIC};
 pub use records::{
@@ -49,6 +56,8 @@ pub enum Cause {
     NullKey,
     /// Routing value yields an illegal topic name.
     InvalidTopic,
+    /// Routing value NULL or empty while the template uses it.
+    NullRoute,
     /// Record larger than the producer or broker accepts.
     TooLarge,
     /// Text payload that is not JSON.
@@ -59,9 +68,10 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order of [`Cause::index`].
-    pub const ALL: [Cause; 5] = [
+    pub const ALL: [Cause; 6] = [
         Cause::NullKey,
         Cause::InvalidTopic,
+        Cause::NullRoute,
         Cause::TooLarge,
         Cause::InvalidJson,
         Cause::MissingColumn,
@@ -72,10 +82,17 @@ impl Cause {
         match self {
             Cause::NullKey => "null-key",
             Cause::InvalidTopic => "invalid-topic",
+            Cause::NullRoute => "null-route",
             Cause::TooLarge => "too-large",
             Cause::InvalidJson => "invalid-json",
             Cause::MissingColumn => "missing-column",
         }
+    }
+
+    /// Whether `action` applies to this cause: `deliver` only to `null-key` (a
+    /// record without a key is still a record; the others have no record to send).
+    pub fn allows(self, action: Action) -> bool {
+        action != Action::Deliver || self == Cause::NullKey
     }
 
     /// Position in [`Cause::ALL`].

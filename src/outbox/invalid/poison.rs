@@ -42,8 +42,9 @@ impl PoisonRow {
 /// The fix offered when a poison row stops the relay.
 pub fn fix_for(cause: Cause) -> &'static str {
     match cause {
-        Cause::NullKey => "give the row a non-empty key column (see --key-column)",
+        Cause::NullKey => "give the row a non-empty key column (see --key-column), or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver",
         Cause::InvalidTopic => "correct the row's routing column or --topic-template so the topic is 1-249 of [a-zA-Z0-9._-]",
+        Cause::NullRoute => "give the row a value in its route-by column (see --route-by-field), or make the column NOT NULL CHECK (<column> <> '') so the application cannot write such rows",
         Cause::TooLarge => "make the payload smaller, or raise the broker's message.max.bytes and --kafka-option message.max.bytes",
         Cause::InvalidJson => "write JSON into the payload column (or make it jsonb, which PostgreSQL checks)",
         Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
@@ -68,8 +69,8 @@ mod tests {
         assert_eq!(
             text,
             "poison row (null-key) in public.outbox: event e1 at 0/16B3748: the key column is NULL; \
-             the slot stays before it. Fix: give the row a non-empty key column (see --key-column); \
-             or let the relay move on with --on-invalid null-key=dlq (dead-letter topic) or null-key=skip"
+             the slot stays before it. Fix: give the row a non-empty key column (see --key-column), \
+             or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver; or let the relay move on with --on-invalid null-key=dlq (dead-letter topic) or null-key=skip"
         );
     }
 

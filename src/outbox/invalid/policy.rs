@@ -1,6 +1,7 @@
 //! The `--on-invalid` policy: one [`Action`] per [`Cause`], plus the dead-letter
-//! topic. Invariant: every cause defaults to `fail`; a policy that dead-letters
-//! anything has a legal dead-letter topic.
+//! topic. Invariants: every cause defaults to `fail`; a policy that dead-letters
+//! anything has a legal dead-letter topic; `deliver` is set only on a cause that
+//! [allows](Cause::allows) it (`null-key`).
 
 use super::Cause;
 
@@ -14,6 +15,9 @@ pub enum Action {
     Dlq,
     /// Log, count and move on.
     Skip,
+    /// Send the record as it is (`null-key` only: a NULL key becomes a Kafka null
+    /// key, an empty key empty key bytes); counted, logged at debug level.
+    Deliver,
 }
 
 impl Action {
@@ -23,20 +27,22 @@ impl Action {
             Action::Fail => "fail",
             Action::Dlq => "dlq",
             Action::Skip => "skip",
+            Action::Deliver => "deliver",
         }
     }
 
+    /// Every action, in metric column order.
+    pub const ALL: [Action; 4] = [Action::Fail, Action::Dlq, Action::Skip, Action::Deliver];
+
     fn parse(name: &str) -> Option<Action> {
-        [Action::Fail, Action::Dlq, Action::Skip]
-            .into_iter()
-            .find(|a| a.name() == name)
+        Action::ALL.into_iter().find(|a| a.name() == name)
     }
 }
 
 /// The policy of every cause, plus where dead letters go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidPolicy {
-    actions: [Action; 5],
+    actions: [Action; Cause::ALL.len()],
     /// The dead-letter topic.
     pub dlq_topic: String,
 }
@@ -44,7 +50,7 @@ pub struct InvalidPolicy {
 impl Default for InvalidPolicy {
     fn default() -> Self {
         Self {
-            actions: [Action::Fail; 5],
+            actions: [Action::Fail; Cause::ALL.len()],
             dlq_topic: DEFAULT_DLQ_TOPIC.to_owned(),
         }
     }
@@ -60,7 +66,8 @@ pub struct PolicyError(String);
 
 impl InvalidPolicy {
     /// Build from `--on-invalid` values, applied in order: `POLICY` sets every
-    /// cause, `CAUSE=POLICY` one cause.
+    /// cause, `CAUSE=POLICY` one cause. `deliver` is only accepted as
+    /// `null-key=deliver`.
     pub fn parse(specs: &[String], dlq_topic: &str) -> Result<Self, PolicyError> {
         let causes = || {
             Cause::ALL
@@ -72,7 +79,8 @@ impl InvalidPolicy {
         let action = |s: &str| {
             Action::parse(s.trim()).ok_or_else(|| {
                 PolicyError(format!(
-                    "--on-invalid: unknown policy {s:?}; expected fail, dlq or skip"
+                    "--on-invalid: unknown policy {s:?}; expected fail, dlq, skip (or \
+                     null-key=deliver)"
                 ))
             })
         };
@@ -82,7 +90,14 @@ impl InvalidPolicy {
         };
         for spec in specs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             match spec.split_once('=') {
-                None => policy.actions = [action(spec)?; 5],
+                None if action(spec)? == Action::Deliver => {
+                    return Err(PolicyError(
+                        "--on-invalid deliver: only rows with a NULL or empty key can be \
+                         delivered as they are; write --on-invalid null-key=deliver"
+                            .to_owned(),
+                    ))
+                }
+                None => policy.actions = [action(spec)?; Cause::ALL.len()],
                 Some((cause, value)) => {
                     let cause = Cause::parse(cause.trim()).ok_or_else(|| {
                         PolicyError(format!(
@@ -91,7 +106,16 @@ impl InvalidPolicy {
                             causes()
                         ))
                     })?;
-                    policy.actions[cause.index()] = action(value)?;
+                    let action = action(value)?;
+                    if !cause.allows(action) {
+                        return Err(PolicyError(format!(
+                            "--on-invalid {}=deliver: a {} row has no record Kafka would take \
+                             as it is; choose fail, dlq or skip (deliver applies to null-key only)",
+                            cause.name(),
+                            cause.name()
+                        )));
+                    }
+                    policy.actions[cause.index()] = action;
                 }
             }
         }
@@ -149,12 +173,34 @@ mod tests {
         let err = InvalidPolicy::parse(&["drop".into()], "x")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("fail, dlq or skip"), "{err}");
+        assert!(err.contains("fail, dlq, skip"), "{err}");
         let err = InvalidPolicy::parse(&["dlq".into()], "bad topic")
             .unwrap_err()
             .to_string();
         assert!(err.contains("--dlq-topic"), "{err}");
         // An illegal DLQ topic does not matter when nothing dead-letters.
         assert!(InvalidPolicy::parse(&["skip".into()], "bad topic").is_ok());
+    }
+
+    #[test]
+    fn deliver_applies_to_null_key_only() {
+        let p = InvalidPolicy::parse(&["dlq".into(), "null-key=deliver".into()], "d").unwrap();
+        assert_eq!(p.action(Cause::NullKey), Action::Deliver);
+        assert_eq!(p.action(Cause::NullRoute), Action::Dlq);
+        assert!(p.describe().contains(&"null-key=deliver".to_owned()));
+        let err = InvalidPolicy::parse(&["null-route=deliver".into()], "d")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("null-route=deliver") && err.contains("null-key only"),
+            "{err}"
+        );
+        let err = InvalidPolicy::parse(&["deliver".into()], "d")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--on-invalid null-key=deliver"), "{err}");
+        // null-route is a cause of its own, fail by default.
+        let p = InvalidPolicy::parse(&[], "d").unwrap();
+        assert_eq!(p.action(Cause::NullRoute), Action::Fail);
     }
 }

@@ -33,9 +33,14 @@ use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, DeliveryError, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow};
+use crate::outbox::event::{OutboxEvent, ResolvedMapping};
+use crate::outbox::invalid::{
+    self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow, Verdict,
+};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::outbox::trace;
+use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{Decoder, Insert, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
@@ -45,6 +50,13 @@ use crate::pg::timestamp;
 struct Txn {
     no: u64,
     commit_time: i64,
+}
+
+/// Where a row about to be sent came from, and its verdict.
+struct Row<'t> {
+    table: &'t TableName,
+    lsn: Lsn,
+    verdict: Verdict,
 }
 
 /// A record that met a full producer queue, to be sent again before anything else.
@@ -261,10 +273,22 @@ impl<'a> Relay<'a> {
             RelationRoute::Ignore => return Ok(()),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
-                let record = KafkaRecord::from_event(&event, template, commit_time);
-                match invalid::check(&record, mapping.payload_unchecked()) {
-                    None => return self.send(sink, record, no, Origin::default()),
-                    Some(invalid) => (record, invalid, table),
+                let stamp = self.cfg.record_timestamp;
+                let timestamp_ms = stamp.millis(event.timestamp.as_deref(), commit_time);
+                let record = KafkaRecord::from_event(&event, template, timestamp_ms);
+                let route = event.route_value.as_deref();
+                let unchecked = mapping.payload_unchecked();
+                match invalid::diagnose(&record, route, template, unchecked, &self.cfg.invalid) {
+                    Verdict::Poison(invalid) => (record, invalid, table),
+                    verdict => {
+                        let row = Row {
+                            table,
+                            lsn,
+                            verdict,
+                        };
+                        let record = self.finish(record, &event, mapping, row);
+                        return self.send(sink, record, no, Origin::default());
+                    }
                 }
             }
             RelationRoute::Unmapped(u) => {
@@ -278,6 +302,37 @@ impl<'a> Relay<'a> {
             lsn: Some(lsn.to_string()),
         };
         self.poison(sink, invalid, record, no, origin)
+    }
+
+    /// A record about to go out: count a keyless row delivered by policy, and add the
+    /// trace-context headers (a malformed context is counted and logged, and the
+    /// record goes without it: tracing never holds an event back).
+    fn finish(
+        &self,
+        mut record: KafkaRecord,
+        event: &OutboxEvent,
+        mapping: &ResolvedMapping,
+        row: Row<'_>,
+    ) -> KafkaRecord {
+        if let Verdict::NullKeyDelivered(what) = row.verdict {
+            self.metrics.invalid_row(Cause::NullKey, Action::Deliver);
+            tracing::debug!(event_id = %record.id_text(), table = %row.table, lsn = %row.lsn, "delivering a row whose key column is {what} (--on-invalid null-key=deliver)");
+        }
+        let Some(keys) = mapping.trace_keys() else {
+            return record;
+        };
+        let found = trace::extract(event.trace_context.as_ref(), keys);
+        self.metrics.trace_context(found.outcome());
+        if let Some(problem) = &found.problem {
+            tracing::warn!(event_id = %record.id_text(), table = %row.table, lsn = %row.lsn, error = %problem, "trace context not propagated as is (--trace-context); the record is sent");
+        }
+        if let Some(parent) = found.traceparent {
+            record.headers.push((trace::TRACEPARENT, parent));
+        }
+        if let Some(state) = found.tracestate {
+            record.headers.push((trace::TRACESTATE, state));
+        }
+        record
     }
 
     fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {

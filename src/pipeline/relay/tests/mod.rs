@@ -1,8 +1,11 @@
 //! Unit tests of the relay core: pgoutput bytes in (built with
 //! [`encode`]), records out into a `Vec` sink, delivery reports back.
 //! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
-//! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows.
+//! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows;
+//! `edges.rs`: rows Debezium delivers differently (NULL route, keyless rows by
+//! policy), record timestamps and trace context.
 
+mod edges;
 mod poison;
 
 use std::collections::VecDeque;
@@ -60,6 +63,7 @@ fn config() -> PipelineConfig {
         }],
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
+        record_timestamp: Default::default(),
         max_in_flight_records: 100,
         max_in_flight_bytes: 1 << 20,
         drain_timeout: Duration::from_secs(1),
