@@ -33,7 +33,7 @@ use support::workload::{
 use support::{ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// Aggregate types the writer uses (one topic each).
-const TYPES: &[&str] = &["order", "payment"];
+pub(crate) const TYPES: &[&str] = &["order", "payment"];
 
 /// Sizes of the scenarios.
 struct Scale {
@@ -99,7 +99,7 @@ fn writer(db: &TestDb<'_>, seed: u64, scale: &Scale) -> Writer {
 }
 
 /// Wait until the relay confirmed something (so the topics exist), then open a reader.
-fn first_progress(
+pub(crate) fn first_progress(
     db: &TestDb<'_>,
     broker: &str,
     relay: &Pgoutbox,
@@ -119,14 +119,14 @@ fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
 }
 
 /// The last lines of the relay's log, for failure messages.
-fn log_tail(relay: &Pgoutbox) -> String {
+pub(crate) fn log_tail(relay: &Pgoutbox) -> String {
     let log = relay.stderr();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// The last lines of the server log of a private cluster.
-fn pg_log_tail(cluster: &PgCluster) -> String {
+pub(crate) fn pg_log_tail(cluster: &PgCluster) -> String {
     let log = cluster.datadir.parent().unwrap().join("postgres.log");
     let log = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
@@ -134,7 +134,7 @@ fn pg_log_tail(cluster: &PgCluster) -> String {
 }
 
 /// Stop the writer, read everything, verify, print the figures, assert no loss.
-fn conclude(
+pub(crate) fn conclude(
     scenario: &str,
     writer: Writer,
     reader: &mut Reader,

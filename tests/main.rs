@@ -21,6 +21,7 @@ mod network;
 mod ops;
 mod packaging;
 mod poison;
+mod restart;
 mod run;
 mod security;
 mod slot_safety;

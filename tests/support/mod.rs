@@ -338,6 +338,43 @@ host replication all 127.0.0.1/32 trust
     }
 }
 
+impl PgCluster {
+    /// Give the server a new timeline the way a failover does, on its own data
+    /// directory: stop it (fast), start it as a standby without a primary
+    /// (`standby.signal`), then `pg_ctl promote`. Same system identifier, the next
+    /// timeline, its replication slots kept as they were on disk. Returns once it
+    /// accepts writes.
+    pub fn promote_in_place(&self) {
+        self.stop("fast");
+        write_as_postgres(&self.datadir.join("standby.signal"), b"");
+        self.start_again();
+        run_ok(
+            as_postgres(&self.bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&self.datadir)
+                .args(["-w", "-t", "120", "promote"]),
+        );
+        wait_until_eq(
+            "the promoted server to accept writes",
+            WAIT,
+            &"f".to_owned(),
+            || self.psql("postgres", "SELECT pg_is_in_recovery()"),
+        );
+    }
+
+    /// The server's current timeline (a checkpoint first: a promotion does not
+    /// wait for one, and the control file shows the last checkpoint's).
+    pub fn timeline(&self) -> u32 {
+        self.psql("postgres", "CHECKPOINT");
+        self.psql(
+            "postgres",
+            "SELECT timeline_id FROM pg_control_checkpoint()",
+        )
+        .parse()
+        .expect("a timeline number")
+    }
+}
+
 /// One database of the cluster.
 pub struct TestDb<'a> {
     pub cluster: &'a PgCluster,

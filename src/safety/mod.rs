@@ -1,16 +1,21 @@
-//! Slot safety: refuse to relay from a slot that moved behind the relay's back.
+//! Slot safety: refuse to relay from a slot that moved behind the relay's back, and
+//! choose where a session starts.
 //!
 //! Owns the checks `run` makes before every replication session, against the state
-//! file of [`crate::state`]:
+//! file of [`crate::state`], and the start position ([`resume`]):
 //!
 //! ```text
 //!  state file ───────────┐                     ┌─ slot invalidated (lost)   → SlotLost
 //!  IDENTIFY_SYSTEM ──────┼─ before START_REPLICATION ─┼─ system identifier changed → SystemChanged
-//!  pg_replication_slots ─┘                     ├─ slot missing              → SlotMissing
-//!                                              └─ publication missing       → PublicationMissing
-//!  START_REPLICATION (the slot is now ours, nobody else can move it)
+//!  pg_replication_slots ─┘                     ├─ older timeline than relayed → TimelineBehind
+//!                                              ├─ slot missing, promoted    → SlotMissingAfterPromotion
+//!                                              ├─ slot missing              → SlotMissing
+//!                                              ├─ publication missing       → PublicationMissing
+//!                                              └─ otherwise → Resume: state file's LSN or the slot's
+//!  START_REPLICATION at that LSN (the slot is now ours, nobody else can move it)
 //!  pg_replication_slots ── after ──┬─ confirmed_flush_lsn > file       → SlotAdvanced
 //!                                  ├─ no file yet                      → adopt the slot's LSN
+//!                                  ├─ other timeline, untrusted LSN    → rewrite with the slot's LSN
 //!                                  └─ otherwise                        → Checkpoint for the session
 //! ```
 //!
@@ -20,7 +25,12 @@
 //! deliberately — logging the exact skipped range and rewriting the file — except a
 //! lost slot, which must be dropped by the operator first. A slot that moved while
 //! another process held it (this relay stood by, then took over) is adopted with a
-//! warning: the other holder is taken to be a relay on the same slot.
+//! warning: the other holder is taken to be a relay on the same slot. A promoted
+//! server (same system identifier, a later timeline) that has the slot — a
+//! synchronized failover slot (PostgreSQL 17+) or one kept by the HA manager — is
+//! followed from the slot's own position; without the slot it is a finding.
+
+pub mod resume;
 
 use std::path::PathBuf;
 
@@ -31,6 +41,8 @@ use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::{quote_literal, SystemIdentity};
 use crate::state::{Checkpoint, SlotState, StateError, StateFile};
+
+pub use resume::{Resume, SlotReason};
 
 /// SQLSTATE `object_not_in_prerequisite_state`: reading an invalidated slot.
 const NOT_IN_PREREQUISITE_STATE: &str = "55000";
@@ -69,6 +81,26 @@ pub enum SafetyError {
     #[error("replication slot \"{slot}\" does not exist, but this relay confirmed up to {persisted} on it (state file {path}): it was dropped, or this server is a failover target or a restored backup without it; a new slot would start at the current WAL position and skip every event committed after {persisted}, so pgoutbox does not create one; fix: if --database-url points at the wrong server, correct it; otherwise {republish}, then start once with --accept-slot-reset to create the slot")]
     SlotMissing {
         slot: String,
+        persisted: Lsn,
+        path: PathBuf,
+        republish: Box<str>,
+    },
+    /// The server was promoted (a later timeline of the same cluster) without the slot.
+    #[error("replication slot \"{slot}\" does not exist on this server, which was promoted from timeline {from} to {to} after this relay confirmed up to {persisted} on the old primary (state file {path}): the slot was not synchronized to it, so the events committed on the old primary after the slot's last synchronized position cannot be decoded here; a new slot would start at the current WAL position and skip them, so pgoutbox does not create one; fix: {republish}, then start once with --accept-slot-reset to create the slot; to follow the next failover by itself, use failover slots (PostgreSQL 17+: --slot-failover, sync_replication_slots = on on the standby, synchronized_standby_slots on the primary) or let the HA manager keep the slot on every node (Patroni permanent slots); see \"Failover\" in the README")]
+    SlotMissingAfterPromotion {
+        slot: String,
+        from: u32,
+        to: u32,
+        persisted: Lsn,
+        path: PathBuf,
+        republish: Box<str>,
+    },
+    /// The server is on an older timeline than the relay relayed on.
+    #[error("the server is on timeline {server}, but this relay already relayed slot \"{slot}\" on timeline {recorded} of the same cluster up to {persisted} (state file {path}): --database-url points at a former primary that was not rewound after a failover, or at a backup restored from before it, whose history after the switch differs from what was relayed; fix: point --database-url at the current primary (with several hosts, add target_session_attrs=read-write); if this server is deliberately the primary again, {republish}, then start once with --accept-slot-reset")]
+    TimelineBehind {
+        slot: String,
+        recorded: u32,
+        server: u32,
         persisted: Lsn,
         path: PathBuf,
         republish: Box<str>,
@@ -185,41 +217,30 @@ impl SlotGuard {
         self.stood_by = true;
     }
 
-    /// The checks before START_REPLICATION: system identifier, publication, slot
-    /// presence and validity. `slot` is its `pg_replication_slots` row.
+    /// The checks before START_REPLICATION: system identifier, timeline,
+    /// publication, slot presence and validity. `slot` is its `pg_replication_slots`
+    /// row. Returns where the session starts.
     pub async fn before_start(
         &self,
         client: &Client,
         identity: &SystemIdentity,
         slot: Option<&SlotInfo>,
-    ) -> Result<(), SafetyError> {
+    ) -> Result<Resume, SafetyError> {
         if let Some(info) = slot {
             if info.wal_status.as_deref() == Some("lost") {
                 return Err(self.lost("wal_status = lost".to_owned(), info));
             }
         }
-        let Some(recorded) = self.recorded()? else {
-            return Ok(());
+        let recorded = self.recorded()?;
+        let slot_lsn = slot
+            .and_then(|s| s.confirmed_flush_lsn)
+            .unwrap_or(Lsn::INVALID);
+        let resume = resume::decide(recorded.as_ref(), identity, slot_lsn, self.accept_reset);
+        let Some(recorded) = recorded else {
+            return Ok(resume);
         };
+        self.check_history(&recorded, identity, slot.is_some(), &resume)?;
         let path = self.path();
-        if recorded.system_id != identity.system_id && !self.accept_reset {
-            return Err(SafetyError::SystemChanged {
-                slot: self.slot.clone(),
-                server_system_id: identity.system_id.clone(),
-                recorded_system_id: recorded.system_id,
-                persisted: recorded.confirmed_lsn,
-                path,
-                republish: self.republish.clone(),
-            });
-        }
-        if slot.is_none() {
-            return Err(SafetyError::SlotMissing {
-                slot: self.slot.clone(),
-                persisted: recorded.confirmed_lsn,
-                path,
-                republish: self.republish.clone(),
-            });
-        }
         if !catalog::publication_exists(client, &self.publication).await? {
             return Err(SafetyError::PublicationMissing {
                 publication: self.publication.clone(),
@@ -229,23 +250,98 @@ impl SlotGuard {
                 republish: self.republish.clone(),
             });
         }
+        Ok(resume)
+    }
+
+    /// The findings that need no query: another cluster, an older timeline, the
+    /// slot missing (`has_slot`).
+    fn check_history(
+        &self,
+        recorded: &SlotState,
+        identity: &SystemIdentity,
+        has_slot: bool,
+        resume: &Resume,
+    ) -> Result<(), SafetyError> {
+        let path = self.path();
+        if recorded.system_id != identity.system_id && !self.accept_reset {
+            return Err(SafetyError::SystemChanged {
+                slot: self.slot.clone(),
+                server_system_id: identity.system_id.clone(),
+                recorded_system_id: recorded.system_id.clone(),
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            });
+        }
+        if let Resume::Slot(SlotReason::TimelineBehind {
+            recorded: t,
+            server,
+        }) = *resume
+        {
+            return Err(SafetyError::TimelineBehind {
+                slot: self.slot.clone(),
+                recorded: t,
+                server,
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            });
+        }
+        if !has_slot {
+            return Err(self.missing(recorded, identity, path));
+        }
         Ok(())
     }
 
+    /// The finding for a missing slot: after a promotion when the server is on a
+    /// later timeline of the recorded cluster.
+    fn missing(
+        &self,
+        recorded: &SlotState,
+        identity: &SystemIdentity,
+        path: PathBuf,
+    ) -> SafetyError {
+        match recorded.timeline {
+            Some(from) if from < identity.timeline && recorded.system_id == identity.system_id => {
+                SafetyError::SlotMissingAfterPromotion {
+                    slot: self.slot.clone(),
+                    from,
+                    to: identity.timeline,
+                    persisted: recorded.confirmed_lsn,
+                    path,
+                    republish: self.republish.clone(),
+                }
+            }
+            _ => SafetyError::SlotMissing {
+                slot: self.slot.clone(),
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            },
+        }
+    }
+
     /// The check after START_REPLICATION succeeded (the slot is held by this relay,
-    /// so `slot_lsn`, its confirmed_flush_lsn, can no longer move under it). Returns
-    /// the session's checkpoint.
+    /// so `slot_lsn`, its confirmed_flush_lsn, can no longer move under it). `resume`
+    /// is what [`SlotGuard::before_start`] decided. Returns the session's checkpoint.
     pub fn after_start(
         &mut self,
         identity: &SystemIdentity,
         slot_lsn: Lsn,
+        resume: &Resume,
     ) -> Result<Checkpoint, SafetyError> {
         let Some(file) = self.file.clone() else {
             return Ok(Checkpoint::disabled());
         };
         let accept = std::mem::take(&mut self.accept_reset);
         let stood_by = std::mem::take(&mut self.stood_by);
-        let current = SlotState::new(&identity.system_id, &self.database, &self.slot, slot_lsn);
+        let current = SlotState::new(
+            &identity.system_id,
+            identity.timeline,
+            &self.database,
+            &self.slot,
+            slot_lsn,
+        );
         let Some(recorded) = file.load()? else {
             file.write(&current)?;
             tracing::info!(slot = %self.slot, lsn = %slot_lsn, path = %file.path().display(), "no state file yet: adopting the slot's position");
@@ -286,6 +382,16 @@ impl SlotGuard {
                     republish: self.republish.clone(),
                 });
             }
+        } else if resume.distrusts_record() || recorded.timeline != Some(identity.timeline) {
+            // Another (or an unknown) history: the recorded LSN says nothing about
+            // this server's WAL. From now on the file follows the slot on this one.
+            tracing::info!(
+                slot = %self.slot,
+                recorded = %recorded,
+                timeline = identity.timeline,
+                lsn = %slot_lsn,
+                "state file rewritten to the slot's position on the server's timeline"
+            );
         } else {
             if accept {
                 tracing::info!(slot = %self.slot, "--accept-slot-reset: the slot matches the state file; nothing to accept");
@@ -353,11 +459,32 @@ mod tests {
     use crate::pg::connection::DbError;
 
     fn identity(system_id: &str) -> SystemIdentity {
+        on_timeline(system_id, 1)
+    }
+
+    fn on_timeline(system_id: &str, timeline: u32) -> SystemIdentity {
         SystemIdentity {
             system_id: system_id.to_owned(),
-            timeline: 1,
-            xlogpos: Lsn(0),
+            timeline,
+            xlogpos: Lsn(1 << 40),
             dbname: Some("shop".into()),
+        }
+    }
+
+    impl SlotGuard {
+        /// What `run` does around START_REPLICATION, minus the server: decide from
+        /// the file and the slot's position before the start, then check after it.
+        fn start(
+            &mut self,
+            identity: &SystemIdentity,
+            slot_lsn: Lsn,
+        ) -> Result<Checkpoint, SafetyError> {
+            let recorded = self.recorded()?;
+            let resume = resume::decide(recorded.as_ref(), identity, slot_lsn, self.accept_reset);
+            if let Some(recorded) = &recorded {
+                self.check_history(recorded, identity, true, &resume)?;
+            }
+            self.after_start(identity, slot_lsn, &resume)
         }
     }
 
@@ -390,13 +517,13 @@ mod tests {
         let dir = temp_dir("ahead");
         let mut g = guard(Some(dir.clone()), false);
         assert!(g.may_create().unwrap());
-        let cp = g.after_start(&identity("1"), Lsn(100)).unwrap();
+        let cp = g.start(&identity("1"), Lsn(100)).unwrap();
         assert_eq!(cp.persisted(), Some(Lsn(100)));
         assert!(!g.may_create().unwrap(), "history exists now");
         // Behind or equal: a crash or a normal restart.
-        g.after_start(&identity("1"), Lsn(90)).unwrap();
-        g.after_start(&identity("1"), Lsn(100)).unwrap();
-        let err = g.after_start(&identity("1"), Lsn(200)).unwrap_err();
+        g.start(&identity("1"), Lsn(90)).unwrap();
+        g.start(&identity("1"), Lsn(100)).unwrap();
+        let err = g.start(&identity("1"), Lsn(200)).unwrap_err();
         assert!(matches!(err, SafetyError::SlotAdvanced { .. }), "{err}");
         let text = err.to_string();
         for needle in [
@@ -416,21 +543,137 @@ mod tests {
     fn accept_applies_once_and_standby_takeover_adopts() {
         let dir = temp_dir("accept");
         guard(Some(dir.clone()), false)
-            .after_start(&identity("1"), Lsn(100))
+            .start(&identity("1"), Lsn(100))
             .unwrap();
         let mut g = guard(Some(dir.clone()), true);
-        g.after_start(&identity("1"), Lsn(200)).unwrap();
+        g.start(&identity("1"), Lsn(200)).unwrap();
         assert_eq!(recorded(&dir), Lsn(200), "rewritten to the slot");
         assert!(
-            g.after_start(&identity("1"), Lsn(300)).is_err(),
+            g.start(&identity("1"), Lsn(300)).is_err(),
             "the flag applied to one start only"
         );
         g.note_standby();
-        g.after_start(&identity("1"), Lsn(300)).unwrap();
+        g.start(&identity("1"), Lsn(300)).unwrap();
         assert_eq!(recorded(&dir), Lsn(300));
         assert!(
-            g.after_start(&identity("1"), Lsn(400)).is_err(),
+            g.start(&identity("1"), Lsn(400)).is_err(),
             "a takeover is forgiven once, not forever"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn recorded_state(dir: &std::path::Path) -> SlotState {
+        StateFile::open(dir, "shop", "s1")
+            .unwrap()
+            .load()
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_promoted_server_with_the_slot_is_followed_and_the_file_takes_its_timeline() {
+        let dir = temp_dir("promoted");
+        let mut g = guard(Some(dir.clone()), false);
+        g.start(&on_timeline("1", 1), Lsn(500)).unwrap();
+        assert_eq!(recorded_state(&dir).timeline, Some(1));
+        // The synchronized slot on the new primary lags the old one: not a finding.
+        let cp = g.start(&on_timeline("1", 2), Lsn(300)).unwrap();
+        let state = recorded_state(&dir);
+        assert_eq!((state.timeline, state.confirmed_lsn), (Some(2), Lsn(300)));
+        assert_eq!(
+            cp.persisted(),
+            Some(Lsn(300)),
+            "the old timeline's 0/1F4 is not trusted"
+        );
+        // Next start on the same timeline resumes from the file again.
+        let recorded = g.recorded().unwrap();
+        let resume = resume::decide(recorded.as_ref(), &on_timeline("1", 2), Lsn(100), false);
+        assert_eq!(
+            resume,
+            Resume::StateFile {
+                lsn: Lsn(300),
+                slot: Lsn(100)
+            }
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_old_file_without_timeline_trusts_the_slot_once() {
+        let dir = temp_dir("untimed");
+        let file = StateFile::open(&dir, "shop", "s1").unwrap();
+        let mut old = SlotState::new("1", 1, "shop", "s1", Lsn(500));
+        old.timeline = None;
+        file.write(&old).unwrap();
+        let mut g = guard(Some(dir.clone()), false);
+        let cp = g.start(&on_timeline("1", 1), Lsn(300)).unwrap();
+        assert_eq!(cp.persisted(), Some(Lsn(300)));
+        assert_eq!(recorded_state(&dir).timeline, Some(1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_slot_ahead_is_refused_on_a_new_timeline_too() {
+        let dir = temp_dir("promoted-ahead");
+        let mut g = guard(Some(dir.clone()), false);
+        g.start(&on_timeline("1", 1), Lsn(500)).unwrap();
+        let err = g.start(&on_timeline("1", 2), Lsn(900)).unwrap_err();
+        assert!(matches!(err, SafetyError::SlotAdvanced { .. }), "{err}");
+        assert_eq!(
+            recorded_state(&dir).timeline,
+            Some(1),
+            "a refusal leaves the file alone"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn promotion_without_the_slot_and_a_former_primary_are_findings() {
+        let dir = temp_dir("findings");
+        let mut g = guard(Some(dir.clone()), false);
+        g.start(&on_timeline("1", 2), Lsn(500)).unwrap();
+        let recorded = g.recorded().unwrap().unwrap();
+        let check = |identity: &SystemIdentity, has_slot: bool| {
+            let resume = resume::decide(Some(&recorded), identity, Lsn(0), false);
+            g.check_history(&recorded, identity, has_slot, &resume)
+        };
+        let missing = check(&on_timeline("1", 3), false).unwrap_err();
+        assert!(
+            matches!(missing, SafetyError::SlotMissingAfterPromotion { .. }),
+            "{missing}"
+        );
+        let text = missing.to_string();
+        for needle in [
+            "timeline 2 to 3",
+            "0/1F4",
+            "--accept-slot-reset",
+            "Patroni",
+            "--slot-failover",
+            "synchronized_standby_slots",
+        ] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+        let same = check(&on_timeline("1", 2), false).unwrap_err();
+        assert!(matches!(same, SafetyError::SlotMissing { .. }), "{same}");
+        let behind = check(&on_timeline("1", 1), true).unwrap_err();
+        assert!(
+            matches!(behind, SafetyError::TimelineBehind { .. }),
+            "{behind}"
+        );
+        let text = behind.to_string();
+        for needle in [
+            "timeline 1",
+            "timeline 2",
+            "former primary",
+            "target_session_attrs=read-write",
+        ] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+        check(&on_timeline("1", 3), true).unwrap();
+        let stranger = check(&on_timeline("9", 3), true).unwrap_err();
+        assert!(
+            matches!(stranger, SafetyError::SystemChanged { .. }),
+            "{stranger}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -439,9 +682,9 @@ mod tests {
     fn state_off_checks_nothing_and_writes_nothing() {
         let mut g = guard(None, false);
         assert!(g.may_create().unwrap());
-        let cp = g.after_start(&identity("1"), Lsn(100)).unwrap();
+        let cp = g.start(&identity("1"), Lsn(100)).unwrap();
         assert_eq!(cp.persisted(), None);
-        g.after_start(&identity("2"), Lsn(1)).unwrap();
+        g.start(&identity("2"), Lsn(1)).unwrap();
     }
 
     #[test]
