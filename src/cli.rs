@@ -240,6 +240,28 @@ pub struct SlotArg {
     pub name: String,
 }
 
+/// Whether a slot the relay creates is a failover slot.
+#[derive(Debug, Clone, Args)]
+pub struct SlotFailoverArg {
+    /// Create the slot as a failover slot (PostgreSQL 17+): standbys with
+    /// sync_replication_slots = on keep a copy, so after a failover the relay resumes
+    /// on the promoted standby by itself. Needs synchronized_standby_slots on the
+    /// primary (`check` tells). An existing slot is not altered: `check` warns and
+    /// prints the ALTER_REPLICATION_SLOT command. No effect on PostgreSQL 16 and
+    /// older, which have no failover slots (see "Failover" in the README).
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT_FAILOVER",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        value_name = "BOOL"
+    )]
+    pub slot_failover: bool,
+}
+
 /// `pgoutbox tail`.
 #[derive(Debug, Clone, Args)]
 pub struct TailArgs {
@@ -285,6 +307,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
 
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
@@ -414,6 +439,9 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub slot: SlotArg,
 
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
+
     /// Also check these Kafka brokers are reachable.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
@@ -464,6 +492,9 @@ pub struct SetupArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
 
     /// Only print the SQL (publication first, then slot) and the least-privilege
     /// role grants for a DBA to run; change nothing.

@@ -57,6 +57,8 @@ pub struct RunConfig {
     pub source: SourceConfig,
     /// Replication slot.
     pub slot: String,
+    /// Create a missing slot as a failover slot (PostgreSQL 17+; no-op before).
+    pub slot_failover: bool,
     /// Kafka bootstrap servers.
     pub brokers: String,
     /// Extra librdkafka settings (secret values redacted in `Debug`).
@@ -237,7 +239,7 @@ async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }
     if create {
-        catalog::ensure_slot(&client, &cfg.slot).await?;
+        catalog::ensure_slot(&client, &cfg.slot, cfg.slot_failover).await?;
     }
     Ok(())
 }

@@ -39,6 +39,7 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         publication: "pgoutbox".into(),
         tables: vec![table("public.outbox")],
         slot: format!("{}_slot", db.name),
+        slot_failover: true,
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
         brokers: None,
     }
@@ -363,6 +364,7 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         publication: "pgoutbox".into(),
         tables: vec![table("outbox")],
         slot: "pgoutbox".into(),
+        slot_failover: true,
         columns: vec![],
         // Nothing listens on port 1.
         brokers: Some("127.0.0.1:1".into()),
