@@ -51,8 +51,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Relay outbox rows to Kafka; confirm the slot only after Kafka acked.
     ///
-    /// Creates the publication and the slot when missing, resumes from the slot's
-    /// confirmed_flush_lsn, and confirms a transaction's commit LSN only once its
+    /// Creates the publication and the slot (a failover slot on PostgreSQL 17+) when
+    /// missing, resumes where it last confirmed — the state file's position when the
+    /// slot fell behind it across a PostgreSQL restart, else the slot's
+    /// confirmed_flush_lsn — and confirms a transaction's commit LSN only once its
     /// records and all earlier ones are acked (acks=all, idempotent producer). A lost
     /// connection (PostgreSQL or Kafka) is retried; a second `run` on the same slot
     /// stands by and takes over when the first one stops. SIGTERM drains and exits 0.
@@ -70,11 +72,12 @@ pub enum Command {
     /// Check everything the relay needs, report every problem in one run.
     ///
     /// wal_level, slot/sender headroom, role attributes, outbox tables and mapped
-    /// columns, publication, slot (plugin, wal_status), max_slot_wal_keep_size, and
+    /// columns, publication, slot (plugin, wal_status, failover and
+    /// synchronized_standby_slots on 17+), max_slot_wal_keep_size, and
     /// the brokers when --brokers is given. Each line names the object, what was
     /// observed and the exact fix. Exits non-zero if any check fails.
     Check(CheckArgs),
-    /// Show the replication slot: active pid, confirmed LSN, lag, wal_status.
+    /// Show the replication slot: active pid, confirmed LSN, lag, wal_status, failover.
     Status(StatusArgs),
     /// Drop the replication slot and the publication (asks for --yes).
     Teardown(TeardownArgs),

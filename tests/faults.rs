@@ -126,11 +126,29 @@ pub(crate) fn log_tail(relay: &Pgoutbox) -> String {
 }
 
 /// The last lines of the server log of a private cluster.
-pub(crate) fn pg_log_tail(cluster: &PgCluster) -> String {
+fn pg_log_tail(cluster: &PgCluster) -> String {
     let log = cluster.datadir.parent().unwrap().join("postgres.log");
     let log = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Wait until the slot's `confirmed_flush_lsn` passes `before` after PostgreSQL
+/// stop #`n` in `mode` (and its start); returns how long it took, failing with both
+/// logs on timeout.
+pub(crate) fn progress_after_restart(
+    monitor: &mut Monitor,
+    before: u64,
+    (mode, n): (&str, usize),
+    relay: &Pgoutbox,
+    cluster: &PgCluster,
+) -> Duration {
+    monitor.wait_confirmed_past(
+        &format!("progress after `pg_ctl stop -m {mode}` #{n}"),
+        before,
+        WAIT * 2,
+        || format!("{}\nPostgreSQL:\n{}", log_tail(relay), pg_log_tail(cluster)),
+    )
 }
 
 /// Stop the writer, read everything, verify, print the figures, assert no loss.
@@ -307,17 +325,12 @@ fn postgres_fast_and_immediate_stop_mid_stream_then_start() {
         cluster.start_again();
         let after = monitor.wait_sample().confirmed;
         regressed = regressed.max(before.saturating_sub(after));
-        recoveries.push(monitor.wait_confirmed_past(
-            &format!("progress after `pg_ctl stop -m {mode}` #{}", round + 1),
+        recoveries.push(progress_after_restart(
+            &mut monitor,
             before,
-            WAIT * 2,
-            || {
-                format!(
-                    "{}\nPostgreSQL:\n{}",
-                    log_tail(&relay),
-                    pg_log_tail(&cluster)
-                )
-            },
+            (mode, round + 1),
+            &relay,
+            &cluster,
         ));
         assert!(
             relay.child.try_wait().unwrap().is_none(),

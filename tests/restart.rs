@@ -9,7 +9,7 @@
 //! Real PostgreSQL (the shared cluster, and private clusters for restarts and
 //! promotions) and the tansu broker.
 
-use crate::faults::{conclude, first_progress, log_tail, pg_log_tail, TYPES};
+use crate::faults::{conclude, first_progress, log_tail, progress_after_restart, TYPES};
 use crate::slot_safety::{insert, read_all, start, start_failing, state_file, stop};
 use crate::support;
 
@@ -19,7 +19,7 @@ use std::time::Duration;
 use pgoutbox::pg::lsn::Lsn;
 use support::kafka::Broker;
 use support::workload::{current_lsn, http_get, slot_lsn, Monitor, Writer, WriterConfig};
-use support::{temp_dir, ClusterOptions, PgCluster, Rng, TestDb, WAIT};
+use support::{temp_dir, ClusterOptions, PgCluster, Rng, TestDb};
 
 /// Rewrite the state file of `db`: its LSN, and its timeline (`None` removes the
 /// line, as pgoutbox wrote it before timelines were recorded).
@@ -239,17 +239,12 @@ fn fast_and_immediate_restarts_under_load_resend_only_what_was_in_flight() {
         let before = monitor.wait_sample().confirmed;
         cluster.stop(mode);
         cluster.start_again();
-        recoveries.push(monitor.wait_confirmed_past(
-            &format!("progress after `pg_ctl stop -m {mode}` #{}", round + 1),
+        recoveries.push(progress_after_restart(
+            &mut monitor,
             before,
-            WAIT * 2,
-            || {
-                format!(
-                    "{}\nPostgreSQL:\n{}",
-                    log_tail(&relay),
-                    pg_log_tail(&cluster)
-                )
-            },
+            (mode, round + 1),
+            &relay,
+            &cluster,
         ));
     }
     let stderr = relay.stderr();

@@ -496,6 +496,13 @@ mod tests {
         SlotGuard::open(&cfg, "shop", "s1", "pub", "outbox", "created_at").unwrap()
     }
 
+    /// Assert `text` contains every one of `needles`.
+    fn mentions(text: &str, needles: &[&str]) {
+        for needle in needles {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+    }
+
     fn temp_dir(tag: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("pgoutbox-safety-{tag}-{}", std::process::id()));
@@ -526,15 +533,16 @@ mod tests {
         let err = g.start(&identity("1"), Lsn(200)).unwrap_err();
         assert!(matches!(err, SafetyError::SlotAdvanced { .. }), "{err}");
         let text = err.to_string();
-        for needle in [
-            "\"s1\"",
-            "0/C8",
-            "0/64",
-            "--accept-slot-reset",
-            "shop.s1.state",
-        ] {
-            assert!(text.contains(needle), "{needle}: {text}");
-        }
+        mentions(
+            &text,
+            &[
+                "\"s1\"",
+                "0/C8",
+                "0/64",
+                "--accept-slot-reset",
+                "shop.s1.state",
+            ],
+        );
         assert_eq!(recorded(&dir), Lsn(100), "a refusal leaves the file alone");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -643,16 +651,17 @@ mod tests {
             "{missing}"
         );
         let text = missing.to_string();
-        for needle in [
-            "timeline 2 to 3",
-            "0/1F4",
-            "--accept-slot-reset",
-            "Patroni",
-            "--slot-failover",
-            "synchronized_standby_slots",
-        ] {
-            assert!(text.contains(needle), "{needle}: {text}");
-        }
+        mentions(
+            &text,
+            &[
+                "timeline 2 to 3",
+                "0/1F4",
+                "--accept-slot-reset",
+                "Patroni",
+                "--slot-failover",
+                "synchronized_standby_slots",
+            ],
+        );
         let same = check(&on_timeline("1", 2), false).unwrap_err();
         assert!(matches!(same, SafetyError::SlotMissing { .. }), "{same}");
         let behind = check(&on_timeline("1", 1), true).unwrap_err();
@@ -661,14 +670,15 @@ mod tests {
             "{behind}"
         );
         let text = behind.to_string();
-        for needle in [
-            "timeline 1",
-            "timeline 2",
-            "former primary",
-            "target_session_attrs=read-write",
-        ] {
-            assert!(text.contains(needle), "{needle}: {text}");
-        }
+        mentions(
+            &text,
+            &[
+                "timeline 1",
+                "timeline 2",
+                "former primary",
+                "target_session_attrs=read-write",
+            ],
+        );
         check(&on_timeline("1", 3), true).unwrap();
         let stranger = check(&on_timeline("9", 3), true).unwrap_err();
         assert!(
