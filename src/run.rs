@@ -33,6 +33,7 @@ use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
+use crate::pg::failover;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::{ReplicationClient, SystemIdentity};
 use crate::pg::source::SourceConfig;
@@ -240,6 +241,14 @@ async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     }
     if create {
         catalog::ensure_slot(&client, &cfg.slot, cfg.slot_failover).await?;
+    }
+    let info = catalog::slot_info(&client, &cfg.slot).await?;
+    if cfg.slot_failover && info.is_some_and(|i| i.failover == Some(false)) {
+        tracing::warn!(
+            slot = %cfg.slot,
+            fix = %failover::enable_fix(&cfg.slot, &cfg.source.conninfo.dbname),
+            "the slot is not a failover slot: standbys get no copy, so after a failover the relay stops on the promoted server"
+        );
     }
     Ok(())
 }

@@ -137,15 +137,25 @@ async fn on_17_a_slot_without_failover_gets_the_fix_and_the_fix_works() {
 }
 
 #[test]
-fn on_17_run_creates_a_failover_slot() {
+fn on_17_run_creates_a_failover_slot_and_warns_about_one_without() {
     let db = pg17().fresh_db();
     let broker = Broker::shared().addr();
     let mut relay = start_run(&db, &broker, &[]);
     assert_eq!(failover(&db), "t");
+    let stderr = relay.stderr();
+    assert!(stderr.contains("failover=true"), "{stderr}");
+    assert!(!stderr.contains("not a failover slot"), "{stderr}");
+    relay.signal("TERM");
+    assert!(relay.wait_exit(WAIT).success());
+
+    let db = pg17().fresh_db();
+    setup(&db, &["--slot-failover", "false"]);
+    let mut relay = start_run(&db, &broker, &[]);
+    let stderr = relay.stderr();
     assert!(
-        relay.stderr().contains("failover=true"),
-        "{}",
-        relay.stderr()
+        stderr.contains("the slot is not a failover slot")
+            && stderr.contains("ALTER_REPLICATION_SLOT"),
+        "{stderr}"
     );
     relay.signal("TERM");
     assert!(relay.wait_exit(WAIT).success());
