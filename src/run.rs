@@ -246,7 +246,7 @@ async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     if cfg.slot_failover && info.is_some_and(|i| i.failover == Some(false)) {
         tracing::warn!(
             slot = %cfg.slot,
-            fix = %failover::enable_fix(&cfg.slot, &cfg.source.conninfo.dbname),
+            fix = %failover::enable_fix(&cfg.slot, &cfg.source.conninfo.redacted()),
             "the slot is not a failover slot: standbys get no copy, so after a failover the relay stops on the promoted server"
         );
     }

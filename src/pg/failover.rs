@@ -47,11 +47,12 @@ pub fn create_slot_call(slot: &str, failover: bool, version_num: i32) -> String 
 }
 
 /// How to turn `failover` on for an existing slot: a replication command (there is
-/// no SQL function for it), run while no relay holds the slot.
-pub fn enable_fix(slot: &str, database: &str) -> String {
+/// no SQL function for it), run while no relay holds the slot. `url` is the relay's
+/// connection string without its password ([`crate::pg::conninfo::ConnInfo::redacted`]).
+pub fn enable_fix(slot: &str, url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
     format!(
-        "stop the relay, then run over a replication connection: psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} ( FAILOVER true )'; on each standby set sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name and a dbname in primary_conninfo; or pass --slot-failover false to keep the slot on this server only",
-        quote_conninfo_value(database),
+        "stop the relay, then run over a replication connection: psql \"{url}{sep}replication=database\" -c 'ALTER_REPLICATION_SLOT {} ( FAILOVER true )'; on each standby set sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name and a dbname in primary_conninfo; or pass --slot-failover false to keep the slot on this server only",
         quote_ident(slot)
     )
 }
@@ -59,19 +60,6 @@ pub fn enable_fix(slot: &str, database: &str) -> String {
 /// How to set `synchronized_standby_slots` on the primary.
 pub fn standby_slots_fix() -> &'static str {
     "ALTER SYSTEM SET synchronized_standby_slots = '<physical slot of each failover standby>'; SELECT pg_reload_conf(); (without it the relay can confirm changes a standby has not received, and after a failover the synchronized slot points past the new primary's WAL)"
-}
-
-/// A conninfo value, single-quoted when it needs to be.
-fn quote_conninfo_value(value: &str) -> String {
-    if !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    {
-        value.to_owned()
-    } else {
-        format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
-    }
 }
 
 #[cfg(test)]
@@ -93,15 +81,18 @@ mod tests {
     }
 
     #[test]
-    fn fixes_name_the_slot_and_the_database() {
-        let fix = enable_fix("s1", "shop");
-        assert!(fix.contains("dbname=shop replication=database"), "{fix}");
-        assert!(
-            fix.contains("ALTER_REPLICATION_SLOT \"s1\" ( FAILOVER true )"),
-            "{fix}"
-        );
+    fn fixes_name_the_slot_and_the_connection() {
+        let fix = enable_fix("s1", "postgres://app@db:5432/shop?sslmode=require");
+        let psql = "psql \"postgres://app@db:5432/shop?sslmode=require&replication=database\"";
+        assert!(fix.contains(psql), "{fix}");
+        let alter = "ALTER_REPLICATION_SLOT \"s1\" ( FAILOVER true )";
+        assert!(fix.contains(alter), "{fix}");
         assert!(fix.contains("--slot-failover false"), "{fix}");
-        assert!(enable_fix("s", "my db").contains("dbname='my db'"));
+        let bare = enable_fix("s", "postgres://app@db/shop");
+        assert!(
+            bare.contains("postgres://app@db/shop?replication=database"),
+            "{bare}"
+        );
         assert!(standby_slots_fix().contains("synchronized_standby_slots"));
     }
 }

@@ -18,7 +18,8 @@ pub(super) struct FailoverInput<'a> {
     /// `synchronized_standby_slots` (`None` before 17).
     pub standby_slots: Option<&'a str>,
     pub slot: &'a str,
-    pub database: &'a str,
+    /// The connection string without its password, for the printed fix.
+    pub url: &'a str,
     /// The slot, when it exists.
     pub info: Option<&'a SlotInfo>,
     /// `--slot-failover`.
@@ -66,7 +67,7 @@ fn slot_check(input: &FailoverInput<'_>) -> Check {
             input.slot,
             "failover = false: standbys do not get a copy, so after a failover the relay stops on the promoted server (fails closed)",
         )
-        .suggest(failover::enable_fix(input.slot, input.database)),
+        .suggest(failover::enable_fix(input.slot, input.url)),
     }
 }
 
@@ -113,7 +114,7 @@ mod tests {
             version_num,
             standby_slots: standby,
             slot: "s",
-            database: "shop",
+            url: "postgres://app@db/shop?sslmode=prefer",
             info,
             wanted: true,
         }

@@ -249,12 +249,13 @@ async fn postgres_checks(
     let tables = objects::table_checks(client, input, &facts.role, checks).await;
     objects::publication_checks(client, input, &facts, &tables, checks).await;
     let info = slot.as_ref().ok().and_then(Option::as_ref).cloned();
+    let url = input.conninfo.redacted();
     objects::slot_checks(&input.slot, &facts.database, slot, checks);
     checks.extend(failover::failover_checks(&failover::FailoverInput {
         version_num: facts.version_num,
         standby_slots: facts.synchronized_standby_slots.as_deref(),
         slot: &input.slot,
-        database: &facts.database,
+        url: &url,
         info: info.as_ref(),
         wanted: input.slot_failover,
     }));
