@@ -51,8 +51,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Relay outbox rows to Kafka; confirm the slot only after Kafka acked.
     ///
-    /// Creates the publication and the slot when missing, resumes from the slot's
-    /// confirmed_flush_lsn, and confirms a transaction's commit LSN only once its
+    /// Creates the publication and the slot (a failover slot on PostgreSQL 17+) when
+    /// missing, resumes where it last confirmed — the state file's position when the
+    /// slot fell behind it across a PostgreSQL restart, else the slot's
+    /// confirmed_flush_lsn — and confirms a transaction's commit LSN only once its
     /// records and all earlier ones are acked (acks=all, idempotent producer). A lost
     /// connection (PostgreSQL or Kafka) is retried; a second `run` on the same slot
     /// stands by and takes over when the first one stops. SIGTERM drains and exits 0.
@@ -70,11 +72,12 @@ pub enum Command {
     /// Check everything the relay needs, report every problem in one run.
     ///
     /// wal_level, slot/sender headroom, role attributes, outbox tables and mapped
-    /// columns, publication, slot (plugin, wal_status), max_slot_wal_keep_size, and
+    /// columns, publication, slot (plugin, wal_status, failover and
+    /// synchronized_standby_slots on 17+), max_slot_wal_keep_size, and
     /// the brokers when --brokers is given. Each line names the object, what was
     /// observed and the exact fix. Exits non-zero if any check fails.
     Check(CheckArgs),
-    /// Show the replication slot: active pid, confirmed LSN, lag, wal_status.
+    /// Show the replication slot: active pid, confirmed LSN, lag, wal_status, failover.
     Status(StatusArgs),
     /// Drop the replication slot and the publication (asks for --yes).
     Teardown(TeardownArgs),
@@ -257,6 +260,28 @@ pub struct SlotArg {
     pub name: String,
 }
 
+/// Whether a slot the relay creates is a failover slot.
+#[derive(Debug, Clone, Args)]
+pub struct SlotFailoverArg {
+    /// Create the slot as a failover slot (PostgreSQL 17+): standbys with
+    /// sync_replication_slots = on keep a copy, so after a failover the relay resumes
+    /// on the promoted standby by itself. Needs synchronized_standby_slots on the
+    /// primary (`check` tells). An existing slot is not altered: `check` warns and
+    /// prints the ALTER_REPLICATION_SLOT command. No effect on PostgreSQL 16 and
+    /// older, which have no failover slots (see "Failover" in the README).
+    #[arg(
+        long,
+        env = "PGOUTBOX_SLOT_FAILOVER",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        value_name = "BOOL"
+    )]
+    pub slot_failover: bool,
+}
+
 /// `pgoutbox tail`.
 #[derive(Debug, Clone, Args)]
 pub struct TailArgs {
@@ -302,6 +327,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
 
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
@@ -455,6 +483,9 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub slot: SlotArg,
 
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
+
     /// Also check these Kafka brokers are reachable.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
@@ -505,6 +536,9 @@ pub struct SetupArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    #[command(flatten)]
+    pub slot_failover: SlotFailoverArg,
 
     /// Only print the SQL (publication first, then slot) and the least-privilege
     /// role grants for a DBA to run; change nothing.

@@ -10,7 +10,8 @@
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
-//!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`],
+//!   the streaming connection, [`pg::catalog`] publication/slot SQL,
+//!   [`pg::failover`] failover slots (PostgreSQL 17+), [`pg::tls`],
 //!   [`pg::conninfo`] libpq connection strings, [`pg::source`] the database,
 //!   publication and tables a command works on.
 //! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`]),
@@ -22,7 +23,8 @@
 //!   `select!` loop) and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`state`]: the state file, the last confirmed LSN on local disk.
-//! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost, …).
+//! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost,
+//!   promoted, …) and where a session resumes ([`safety::resume`]).
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 //! - [`ops`]: `check`, `status`, `teardown`.

@@ -123,7 +123,12 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
     let slot = validate_slot(&args.slot.name)?;
     if args.print_sql {
         println!("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)");
-        for statement in pgoutbox::setup::sql(&source.publication, &source.tables, &slot) {
+        for statement in pgoutbox::setup::sql(
+            &source.publication,
+            &source.tables,
+            &slot,
+            args.slot_failover.slot_failover,
+        ) {
             println!("{statement}");
         }
         println!("\n-- least-privilege role for the relay");
@@ -132,10 +137,15 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let outcome =
-        pgoutbox::setup::run(&source.conninfo, &source.publication, &source.tables, &slot)
-            .await
-            .context("setup failed")?;
+    let outcome = pgoutbox::setup::run(
+        &source.conninfo,
+        &source.publication,
+        &source.tables,
+        &slot,
+        args.slot_failover.slot_failover,
+    )
+    .await
+    .context("setup failed")?;
     let word = |e: Ensured| match e {
         Ensured::Created => "created",
         Ensured::Existed => "already present",
@@ -170,6 +180,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         publication: source.publication.clone(),
         tables: source.tables.clone(),
         slot: validate_slot(&args.slot.name)?,
+        slot_failover: args.slot_failover.slot_failover,
         columns,
         brokers: args.brokers.clone(),
     };

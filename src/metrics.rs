@@ -38,6 +38,9 @@ pub const IN_FLIGHT_RECORDS: &str = "pgoutbox_in_flight_records";
 pub const IN_FLIGHT_BYTES: &str = "pgoutbox_in_flight_bytes";
 /// Replication sessions restarted after a transient error.
 pub const RECONNECTS: &str = "pgoutbox_reconnects_total";
+/// Promotions followed: the server came back as a later timeline of the same
+/// cluster with the slot present (a synchronized failover slot).
+pub const PROMOTIONS_FOLLOWED: &str = "pgoutbox_promotions_followed_total";
 /// 1 while the replication stream is up.
 pub const REPLICATION_CONNECTED: &str = "pgoutbox_replication_connected";
 /// 1 while the Kafka producer reaches a broker.
@@ -65,6 +68,7 @@ pub struct Metrics {
     in_flight_records: AtomicU64,
     in_flight_bytes: AtomicU64,
     reconnects: AtomicU64,
+    promotions_followed: AtomicU64,
     replication_connected: AtomicBool,
     producer_connected: AtomicBool,
 }
@@ -131,6 +135,11 @@ impl Metrics {
     /// A session restarted.
     pub fn reconnected(&self) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A session started on a promoted server (see [`PROMOTIONS_FOLLOWED`]).
+    pub fn promotion_followed(&self) {
+        self.promotions_followed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replication stream up/down.
@@ -279,6 +288,13 @@ impl Metrics {
         );
         gauge(
             &mut out,
+            PROMOTIONS_FOLLOWED,
+            "counter",
+            "Failovers followed: sessions started on a promoted server (same system, later timeline) from its synchronized slot.",
+            self.promotions_followed.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
             REPLICATION_CONNECTED,
             "gauge",
             "1 while the replication stream is connected.",
@@ -337,6 +353,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("pgoutbox_slot_lag_bytes 42"), "{text}");
+        assert!(
+            text.contains("pgoutbox_promotions_followed_total 0"),
+            "{text}"
+        );
+        m.promotion_followed();
+        assert!(m.render().contains("pgoutbox_promotions_followed_total 1"));
         assert!(!m.ready());
         m.set_replication_connected(true);
         m.set_producer_connected(true);

@@ -6,13 +6,16 @@
 //!
 //! ```text
 //!  ensure publication + slot ─▶ loop { connect ─ slot-safety checks ─ START_REPLICATION
-//!  (resume at the slot's confirmed_flush_lsn) ─ slot-safety check of that LSN ─
-//!  Session::run } ── transient error ─▶ back off, retry
-//!                 └─ definite error (slot safety included) ─▶ exit non-zero
+//!  (at the state file's LSN when it describes this history and the slot fell
+//!  behind it, else at the slot's confirmed_flush_lsn) ─ slot-safety check of that
+//!  LSN ─ Session::run } ── transient error ─▶ back off, retry
+//!                        └─ definite error (slot safety included) ─▶ exit non-zero
 //! ```
 //!
-//! Invariants: a new session always resumes from the slot, so anything not confirmed
-//! is produced again (duplicates possible, loss never); a slot that moved behind the
+//! Invariants: a new session resumes at the last position this relay confirmed —
+//! the state file's, when the server is the same system on the same timeline
+//! ([`crate::safety::resume`]), else the slot's — so only what was in flight is
+//! produced again (duplicates possible, loss never); a slot that moved behind the
 //! relay's back stops it before anything is relayed ([`crate::safety`]); "slot is
 //! active" (another relay holds it) is a transient condition — this process stands
 //! by and takes over when the slot frees up; a producer that librdkafka declared
@@ -30,11 +33,12 @@ use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
+use crate::pg::failover;
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::ReplicationClient;
+use crate::pg::replication::{ReplicationClient, SystemIdentity};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
-use crate::safety::{SafetyConfig, SafetyError, SlotGuard};
+use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
 use crate::task::Tasks;
 
 /// How long one producer probe waits for broker metadata.
@@ -54,6 +58,8 @@ pub struct RunConfig {
     pub source: SourceConfig,
     /// Replication slot.
     pub slot: String,
+    /// Create a missing slot as a failover slot (PostgreSQL 17+; no-op before).
+    pub slot_failover: bool,
     /// Kafka bootstrap servers.
     pub brokers: String,
     /// Extra librdkafka settings (secret values redacted in `Debug`).
@@ -234,7 +240,15 @@ async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }
     if create {
-        catalog::ensure_slot(&client, &cfg.slot).await?;
+        catalog::ensure_slot(&client, &cfg.slot, cfg.slot_failover).await?;
+    }
+    let info = catalog::slot_info(&client, &cfg.slot).await?;
+    if cfg.slot_failover && info.is_some_and(|i| i.failover == Some(false)) {
+        tracing::warn!(
+            slot = %cfg.slot,
+            fix = %failover::enable_fix(&cfg.slot, &cfg.source.conninfo.redacted()),
+            "the slot is not a failover slot: standbys get no copy, so after a failover the relay stops on the promoted server"
+        );
     }
     Ok(())
 }
@@ -303,7 +317,7 @@ async fn session(
         .await
         .map_err(PipelineError::Pg)?;
     let identity = client.identify_system().await.map_err(PipelineError::Pg)?;
-    guard
+    let resume = guard
         .before_start(&catalog_client, &identity, info.as_ref())
         .await?;
     let info = info.ok_or_else(|| CatalogError::MissingSlot {
@@ -314,27 +328,19 @@ async fn session(
     let stream = client
         .start_pgoutput(
             &cfg.slot,
-            Lsn::INVALID,
+            resume.start_lsn(),
             std::slice::from_ref(&cfg.source.publication),
         )
         .await
         .map_err(|e| explain(guard, e))?;
     // The slot is ours now: nobody else can move it, so its position is final.
-    let start = catalog::slot_info(&catalog_client, &cfg.slot)
+    let slot_lsn = catalog::slot_info(&catalog_client, &cfg.slot)
         .await?
         .and_then(|i| i.confirmed_flush_lsn)
         .unwrap_or(Lsn::INVALID);
-    let checkpoint = guard.after_start(&identity, start)?;
+    let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
     drop(catalog_client);
-    let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
-    tracing::info!(
-        slot = %cfg.slot,
-        start_lsn = %start,
-        brokers = %cfg.brokers,
-        tables = %tables.join(","),
-        publication = %cfg.source.publication,
-        "relaying outbox to kafka"
-    );
+    log_start(cfg, &identity, &resume, slot_lsn, metrics);
     Session::new(
         &cfg.pipeline,
         sink,
@@ -349,6 +355,40 @@ async fn session(
         PipelineError::Pg(pg) => explain(guard, pg),
         other => other.into(),
     })
+}
+
+/// The session's one start line: where it streams from and why; a followed
+/// promotion also at WARN, counted.
+fn log_start(
+    cfg: &RunConfig,
+    identity: &SystemIdentity,
+    resume: &Resume,
+    slot_lsn: Lsn,
+    metrics: &Metrics,
+) {
+    if let Resume::Slot(SlotReason::Promoted { from, to }) = resume {
+        metrics.promotion_followed();
+        tracing::warn!(
+            slot = %cfg.slot,
+            from_timeline = from,
+            to_timeline = to,
+            slot_lsn = %slot_lsn,
+            "the server was promoted from timeline {from} to {to} (same system {}); following it from the slot's synchronized position: events confirmed on the old primary after it are sent again",
+            identity.system_id
+        );
+    }
+    let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
+    tracing::info!(
+        slot = %cfg.slot,
+        start_lsn = %resume.start_lsn().max(slot_lsn),
+        resume_from = resume.source(),
+        reason = %resume,
+        timeline = identity.timeline,
+        brokers = %cfg.brokers,
+        tables = %tables.join(","),
+        publication = %cfg.source.publication,
+        "relaying outbox to kafka"
+    );
 }
 
 /// A server error as a slot-safety finding when it is one (a lost slot, a missing

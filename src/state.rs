@@ -2,7 +2,8 @@
 //!
 //! Owns where the file lives (`--state-dir`), its format, and how it is written. One
 //! small TOML file per relayed slot, named after the database and the slot, holding
-//! the server's system identifier, the database, the slot and the confirmed LSN:
+//! the server's system identifier and timeline, the database, the slot and the
+//! confirmed LSN:
 //!
 //! ```text
 //!  pipeline ─ confirmable LSN ─▶ Checkpoint::persist ─ write tmp, fsync, rename, fsync dir
@@ -19,7 +20,12 @@
 //!   file was therefore moved by something other than this relay (see
 //!   [`crate::safety`]).
 //! - The persisted LSN only grows within a run; only an explicit reset
-//!   (`--accept-slot-reset`, adopting a slot) rewrites it to another value.
+//!   (`--accept-slot-reset`, adopting a slot, a new timeline) rewrites it to another
+//!   value.
+//! - The timeline is the one the LSN was confirmed on. A file without one (written
+//!   by a pgoutbox before the timeline was recorded) parses with `timeline = None`:
+//!   "unknown", which [`crate::safety`] treats like another timeline (trust the
+//!   slot) and replaces with the current one at the next start.
 //! - A file that does not parse is an error naming the file and the fix, never a
 //!   panic and never silently replaced.
 
@@ -76,6 +82,10 @@ pub struct SlotState {
     pub version: u32,
     /// The server's system identifier (`IDENTIFY_SYSTEM`), decimal.
     pub system_id: String,
+    /// The server's timeline (`IDENTIFY_SYSTEM`) when the LSN was confirmed; `None`
+    /// in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
     /// Database of the slot.
     pub database: String,
     /// Slot name.
@@ -101,11 +111,18 @@ mod lsn_text {
 }
 
 impl SlotState {
-    /// A state at `confirmed_lsn`.
-    pub fn new(system_id: &str, database: &str, slot: &str, confirmed_lsn: Lsn) -> Self {
+    /// A state at `confirmed_lsn`, confirmed on `timeline` of system `system_id`.
+    pub fn new(
+        system_id: &str,
+        timeline: u32,
+        database: &str,
+        slot: &str,
+        confirmed_lsn: Lsn,
+    ) -> Self {
         Self {
             version: VERSION,
             system_id: system_id.to_owned(),
+            timeline: Some(timeline),
             database: database.to_owned(),
             slot: slot.to_owned(),
             confirmed_lsn,
@@ -142,9 +159,14 @@ impl fmt::Display for SlotState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "slot {:?} of database {:?} on system {} at {}",
-            self.slot, self.database, self.system_id, self.confirmed_lsn
-        )
+            "slot {:?} of database {:?} on system {} ",
+            self.slot, self.database, self.system_id
+        )?;
+        match self.timeline {
+            Some(tli) => write!(f, "timeline {tli} "),
+            None => f.write_str("(timeline not recorded) "),
+        }?;
+        write!(f, "at {}", self.confirmed_lsn)
     }
 }
 
@@ -374,7 +396,28 @@ mod tests {
     }
 
     fn sample(lsn: u64) -> SlotState {
-        SlotState::new("7351234567890123456", "shop", "pgoutbox", Lsn(lsn))
+        SlotState::new("7351234567890123456", 1, "shop", "pgoutbox", Lsn(lsn))
+    }
+
+    #[test]
+    fn timeline_is_written_and_a_file_without_one_still_parses_as_unknown() {
+        let text = sample(42).to_text();
+        assert!(text.contains("timeline = 1"), "{text}");
+        assert_eq!(SlotState::parse(&text).unwrap().timeline, Some(1));
+        // What pgoutbox wrote before the timeline was recorded.
+        let old = "version = 1\nsystem_id = \"7351234567890123456\"\ndatabase = \"shop\"\n\
+                   slot = \"pgoutbox\"\nconfirmed_lsn = \"0/2A\"\n";
+        let parsed = SlotState::parse(old).unwrap();
+        assert_eq!(parsed.timeline, None);
+        assert_eq!(parsed.confirmed_lsn, Lsn(42));
+        assert!(
+            parsed.to_string().contains("timeline not recorded"),
+            "{parsed}"
+        );
+        assert!(
+            !parsed.to_text().contains("timeline"),
+            "unknown stays unknown"
+        );
     }
 
     #[test]
@@ -432,6 +475,10 @@ mod tests {
                 good.replace("version = 1", "version = 9").into_bytes(),
             ),
             ("unknown key", format!("{good}extra = 1\n").into_bytes()),
+            (
+                "bad timeline",
+                good.replace("timeline = 1", "timeline = -1").into_bytes(),
+            ),
             (
                 "bad system id",
                 good.replace("7351234567890123456", "x").into_bytes(),

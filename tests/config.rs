@@ -52,6 +52,28 @@ fn flag_beats_env_beats_file_beats_default() {
 }
 
 #[test]
+fn slot_failover_defaults_on_and_each_layer_turns_it_off() {
+    let out = show(&["--brokers", "b:1"], &[]);
+    assert!(out.contains("slot_failover = true"), "default: {out}");
+    let file = write_temp(
+        "failover.toml",
+        "brokers = \"b:1\"\nslot_failover = false\n",
+    );
+    let out = show(&["--config", &file], &[]);
+    assert!(out.contains("slot_failover = false"), "TOML boolean: {out}");
+    let out = show(&["--brokers", "b:1"], &[("PGOUTBOX_SLOT_FAILOVER", "off")]);
+    assert!(out.contains("slot_failover = false"), "env: {out}");
+    let out = show(
+        &["--config", &file, "--slot-failover"],
+        &[("PGOUTBOX_SLOT_FAILOVER", "false")],
+    );
+    assert!(
+        out.contains("slot_failover = true"),
+        "a bare flag wins: {out}"
+    );
+}
+
+#[test]
 fn per_table_sections_and_unknown_keys() {
     let file = write_temp(
         "tables.toml",

@@ -33,7 +33,7 @@ use support::workload::{
 use support::{ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// Aggregate types the writer uses (one topic each).
-const TYPES: &[&str] = &["order", "payment"];
+pub(crate) const TYPES: &[&str] = &["order", "payment"];
 
 /// Sizes of the scenarios.
 struct Scale {
@@ -99,7 +99,7 @@ fn writer(db: &TestDb<'_>, seed: u64, scale: &Scale) -> Writer {
 }
 
 /// Wait until the relay confirmed something (so the topics exist), then open a reader.
-fn first_progress(
+pub(crate) fn first_progress(
     db: &TestDb<'_>,
     broker: &str,
     relay: &Pgoutbox,
@@ -119,7 +119,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
 }
 
 /// The last lines of the relay's log, for failure messages.
-fn log_tail(relay: &Pgoutbox) -> String {
+pub(crate) fn log_tail(relay: &Pgoutbox) -> String {
     let log = relay.stderr();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
@@ -133,8 +133,30 @@ fn pg_log_tail(cluster: &PgCluster) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// Wait until the slot's `confirmed_flush_lsn` passes both `before` (sampled
+/// before PostgreSQL stop #`n` in `mode`) and its value right after the start:
+/// PostgreSQL 17+ writes the slot at the shutdown checkpoint, so the restarted
+/// slot may already be past `before` with no relay session yet, and only a relay
+/// streaming from the restarted server moves it further. Returns how long it
+/// took, failing with both logs on timeout.
+pub(crate) fn progress_after_restart(
+    monitor: &mut Monitor,
+    before: u64,
+    (mode, n): (&str, usize),
+    relay: &Pgoutbox,
+    cluster: &PgCluster,
+) -> Duration {
+    let after = monitor.wait_sample().confirmed;
+    monitor.wait_confirmed_past(
+        &format!("progress after `pg_ctl stop -m {mode}` #{n}"),
+        before.max(after),
+        WAIT * 2,
+        || format!("{}\nPostgreSQL:\n{}", log_tail(relay), pg_log_tail(cluster)),
+    )
+}
+
 /// Stop the writer, read everything, verify, print the figures, assert no loss.
-fn conclude(
+pub(crate) fn conclude(
     scenario: &str,
     writer: Writer,
     reader: &mut Reader,
@@ -307,20 +329,12 @@ fn postgres_fast_and_immediate_stop_mid_stream_then_start() {
         cluster.start_again();
         let after = monitor.wait_sample().confirmed;
         regressed = regressed.max(before.saturating_sub(after));
-        // PostgreSQL 17+ writes the slot at the shutdown checkpoint, so `after` may
-        // already be past `before` with no relay session yet: progress means
-        // passing both, which only a relay streaming from the restarted server does.
-        recoveries.push(monitor.wait_confirmed_past(
-            &format!("progress after `pg_ctl stop -m {mode}` #{}", round + 1),
-            before.max(after),
-            WAIT * 2,
-            || {
-                format!(
-                    "{}\nPostgreSQL:\n{}",
-                    log_tail(&relay),
-                    pg_log_tail(&cluster)
-                )
-            },
+        recoveries.push(progress_after_restart(
+            &mut monitor,
+            before,
+            (mode, round + 1),
+            &relay,
+            &cluster,
         ));
         assert!(
             relay.child.try_wait().unwrap().is_none(),

@@ -39,6 +39,7 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         publication: "pgoutbox".into(),
         tables: vec![table("public.outbox")],
         slot: format!("{}_slot", db.name),
+        slot_failover: true,
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
         brokers: None,
     }
@@ -79,27 +80,32 @@ async fn check_passes_on_a_correct_setup() {
     create_slot(&db, &input.slot);
     let report = check(&input).await;
     assert!(report.ok(), "{}", report.render());
-    assert_eq!(
-        names(&report),
-        [
-            "connection",
-            "server_version",
-            "wal_level",
-            "max_replication_slots",
-            "max_wal_senders",
-            "role_replication",
-            "role_login",
-            "table",
-            "columns",
-            "select_privilege",
-            "publication",
-            "publication_operations",
-            "publication_tables",
-            "slot",
-            "slot_wal_status",
-            "max_slot_wal_keep_size",
-        ]
-    );
+    // Failover slots exist since PostgreSQL 17: one line before, two from then on.
+    let failover_checks: &[&str] = if db.server_version_num() >= 170000 {
+        &["slot_failover", "synchronized_standby_slots"]
+    } else {
+        &["slot_failover"]
+    };
+    let mut expected = vec![
+        "connection",
+        "server_version",
+        "wal_level",
+        "max_replication_slots",
+        "max_wal_senders",
+        "role_replication",
+        "role_login",
+        "table",
+        "columns",
+        "select_privilege",
+        "publication",
+        "publication_operations",
+        "publication_tables",
+        "slot",
+        "slot_wal_status",
+    ];
+    expected.extend_from_slice(failover_checks);
+    expected.push("max_slot_wal_keep_size");
+    assert_eq!(names(&report), expected);
     assert_eq!(get(&report, "wal_level", "server").observed, "logical");
     assert_eq!(
         get(&report, "role_replication", "postgres").observed,
@@ -363,6 +369,7 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         publication: "pgoutbox".into(),
         tables: vec![table("outbox")],
         slot: "pgoutbox".into(),
+        slot_failover: true,
         columns: vec![],
         // Nothing listens on port 1.
         brokers: Some("127.0.0.1:1".into()),

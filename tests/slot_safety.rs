@@ -47,12 +47,12 @@ fn run_args(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Vec<
     support::workload::run_args(db, broker, &with_state)
 }
 
-fn spawn(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
+pub(crate) fn spawn(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
     Pgoutbox::spawn(&run_args(db, broker, state, extra))
 }
 
 /// Start `run` and wait until it streams (failing with its stderr if it exits).
-fn start(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
+pub(crate) fn start(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
     let mut relay = spawn(db, broker, state, extra);
     wait_for("run to start relaying", WAIT, || {
         if relay.stderr().contains("relaying outbox to kafka") {
@@ -70,7 +70,7 @@ fn start(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbo
 }
 
 /// Start `run`, expect it to fail: non-zero exit, nothing relayed. Returns stderr.
-fn start_failing(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> String {
+pub(crate) fn start_failing(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> String {
     let mut relay = spawn(db, broker, state, extra);
     let status = relay.wait_exit(WAIT);
     let stderr = relay.stderr();
@@ -83,13 +83,13 @@ fn start_failing(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) ->
 }
 
 /// SIGTERM and a clean exit.
-fn stop(mut relay: Pgoutbox) {
+pub(crate) fn stop(mut relay: Pgoutbox) {
     relay.signal("TERM");
     let status = relay.wait_exit(WAIT);
     assert!(status.success(), "{status:?}\n{}", relay.stderr());
 }
 
-fn state_file(state: &Path, db: &TestDb<'_>) -> PathBuf {
+pub(crate) fn state_file(state: &Path, db: &TestDb<'_>) -> PathBuf {
     state.join(format!("{}.{}.state", db.name, db.name))
 }
 
@@ -110,7 +110,7 @@ fn state_lsn(state: &Path, db: &TestDb<'_>) -> Option<Lsn> {
 }
 
 /// `(confirmed_flush_lsn, active)` of the test's slot, `None` when it does not exist.
-fn slot(db: &TestDb<'_>) -> Option<(Lsn, bool)> {
+pub(crate) fn slot(db: &TestDb<'_>) -> Option<(Lsn, bool)> {
     let row = db.psql(&format!(
         "SELECT coalesce(confirmed_flush_lsn::text, '0/0') || ' ' || active \
          FROM pg_replication_slots WHERE slot_name = '{}'",
@@ -122,7 +122,7 @@ fn slot(db: &TestDb<'_>) -> Option<(Lsn, bool)> {
 
 /// Insert `n` events of aggregate type `kind` in one transaction; returns the ledger
 /// entries (id, key) in commit order.
-fn insert(db: &TestDb<'_>, kind: &str, n: usize) -> Vec<(String, String)> {
+pub(crate) fn insert(db: &TestDb<'_>, kind: &str, n: usize) -> Vec<(String, String)> {
     let out = db.psql(&format!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
          SELECT '{kind}', 'k' || (g % 3), 'E', jsonb_build_object('n', g) \
@@ -136,12 +136,17 @@ fn insert(db: &TestDb<'_>, kind: &str, n: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-fn topic(db: &TestDb<'_>, kind: &str) -> String {
+pub(crate) fn topic(db: &TestDb<'_>, kind: &str) -> String {
     format!("{}.{kind}", db.name)
 }
 
 /// Wait until every id of `events` is in topic `kind`; returns the reader.
-fn read_all(broker: &str, db: &TestDb<'_>, kind: &str, events: &[(String, String)]) -> Reader {
+pub(crate) fn read_all(
+    broker: &str,
+    db: &TestDb<'_>,
+    kind: &str,
+    events: &[(String, String)],
+) -> Reader {
     let mut reader = Reader::new(broker, &[topic(db, kind)]);
     reader.read_until(&format!("{} events of {kind}", events.len()), WAIT, |r| {
         events.iter().all(|(id, _)| r.iter().any(|c| &c.id() == id))

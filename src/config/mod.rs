@@ -268,6 +268,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
     Ok(RunConfig {
         source,
         slot: validate_slot(&args.slot.name)?,
+        slot_failover: args.slot_failover.slot_failover,
         brokers,
         kafka_options,
         pipeline,
@@ -305,6 +306,7 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     }
     line("publication", q(&cfg.source.publication));
     line("slot", q(&cfg.slot));
+    line("slot_failover", cfg.slot_failover.to_string());
     line("brokers", q(&cfg.brokers));
     let options = cfg
         .kafka_options

@@ -7,6 +7,8 @@
 //!
 //! On a standby the "current" position is the last replayed one
 //! (`pg_last_wal_replay_lsn()`), since `pg_current_wal_lsn()` fails during recovery.
+//! Failover properties (the slot's `failover` and `synced`, the server's
+//! `synchronized_standby_slots`) exist since PostgreSQL 17 and are `None` before.
 
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::conninfo::ConnInfo;
@@ -36,6 +38,12 @@ pub struct SlotStatus {
     /// WAL that may still be written before the slot is lost; `None` when
     /// `max_slot_wal_keep_size = -1` (unlimited) or the slot is already lost.
     pub safe_wal_size: Option<i64>,
+    /// Whether the slot is a failover slot (PostgreSQL 17+).
+    pub failover: Option<bool>,
+    /// Whether the slot is a synchronized copy from a primary (PostgreSQL 17+).
+    pub synced: Option<bool>,
+    /// The server's `synchronized_standby_slots` (PostgreSQL 17+).
+    pub synchronized_standby_slots: Option<String>,
 }
 
 /// Read the status of `slot`.
@@ -46,7 +54,9 @@ pub async fn status(conninfo: &ConnInfo, slot: &str) -> Result<SlotStatus, Catal
             "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
                           ELSE pg_current_wal_lsn() END)::text, \
                     s.slot_name IS NOT NULL, s.active_pid, s.restart_lsn::text, \
-                    s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size \
+                    s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, \
+                    (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool, \
+                    current_setting('synchronized_standby_slots', true) \
              FROM (SELECT 1) AS one \
              LEFT JOIN pg_replication_slots s ON s.slot_name = $1",
             &[&slot],
@@ -72,6 +82,9 @@ pub async fn status(conninfo: &ConnInfo, slot: &str) -> Result<SlotStatus, Catal
         retained_bytes: restart_lsn.map(|r| current_wal_lsn.bytes_since(r)),
         wal_status: row.get(5),
         safe_wal_size: row.get(6),
+        failover: row.get(7),
+        synced: row.get(8),
+        synchronized_standby_slots: row.get(9),
     })
 }
 
@@ -91,6 +104,9 @@ impl SlotStatus {
             "retained_bytes": self.retained_bytes,
             "wal_status": self.wal_status,
             "safe_wal_size": self.safe_wal_size,
+            "failover": self.failover,
+            "synced": self.synced,
+            "synchronized_standby_slots": self.synchronized_standby_slots,
         })
     }
 
@@ -126,8 +142,27 @@ impl SlotStatus {
                 self.wal_status.as_deref().unwrap_or("-")
             ),
             format!("  safe_wal_size:        {safe}"),
+            format!("  failover:             {}", self.failover_text()),
         ];
         lines.join("\n") + "\n"
+    }
+
+    /// The failover line: the slot's property and the primary's setting.
+    fn failover_text(&self) -> String {
+        let Some(failover) = self.failover else {
+            return "not available (PostgreSQL 16 or older: the slot exists only on this server)"
+                .to_owned();
+        };
+        let slot = match (failover, self.synced) {
+            (true, Some(true)) => "yes (a synchronized copy)",
+            (true, _) => "yes",
+            (false, _) => "no (`pgoutbox check` shows how to enable it)",
+        };
+        let standby = match self.synchronized_standby_slots.as_deref().map(str::trim) {
+            Some(v) if !v.is_empty() => format!("synchronized_standby_slots = '{v}'"),
+            _ => "synchronized_standby_slots is empty".to_owned(),
+        };
+        format!("{slot}; {standby}")
     }
 }
 
@@ -188,6 +223,9 @@ mod tests {
             retained_bytes: Some(0x1000000),
             wal_status: Some("reserved".into()),
             safe_wal_size: None,
+            failover: None,
+            synced: None,
+            synchronized_standby_slots: None,
         }
     }
 
@@ -226,6 +264,42 @@ mod tests {
         assert!(bounded
             .render()
             .contains("3.0 GiB (3221225472 bytes) before the slot is lost"));
+    }
+
+    #[test]
+    fn failover_line_per_version() {
+        let line = |s: SlotStatus| {
+            s.render()
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("  failover:             ")
+                        .map(str::to_owned)
+                })
+                .unwrap()
+        };
+        assert!(line(sample()).starts_with("not available (PostgreSQL 16 or older"));
+        let on = SlotStatus {
+            failover: Some(true),
+            synced: Some(false),
+            synchronized_standby_slots: Some("sb1".into()),
+            ..sample()
+        };
+        assert_eq!(line(on.clone()), "yes; synchronized_standby_slots = 'sb1'");
+        let copy = SlotStatus {
+            synced: Some(true),
+            synchronized_standby_slots: Some(String::new()),
+            ..on
+        };
+        assert_eq!(
+            line(copy.clone()),
+            "yes (a synchronized copy); synchronized_standby_slots is empty"
+        );
+        let off = SlotStatus {
+            failover: Some(false),
+            ..copy
+        };
+        assert!(line(off.clone()).starts_with("no (`pgoutbox check`"));
+        assert_eq!(off.to_json()["failover"], false);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 
 use crate::pg::channel_binding::Refusal;
 use crate::pg::conninfo::{ChannelBinding, ConnInfo, SslMode};
+use crate::pg::failover;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::quote_ident;
 use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
@@ -449,15 +450,22 @@ pub struct SlotInfo {
     pub confirmed_flush_lsn: Option<Lsn>,
     /// `reserved`, `extended`, `unreserved`, `lost` (PostgreSQL 13+).
     pub wal_status: Option<String>,
+    /// Whether it is a failover slot, copied to standbys (PostgreSQL 17+, else `None`).
+    pub failover: Option<bool>,
+    /// Whether it is such a copy, synchronized from the primary (PostgreSQL 17+).
+    pub synced: Option<bool>,
 }
 
 /// Look up one slot by name.
 pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, CatalogError> {
     let row = client
         .query_opt(
+            // failover and synced exist since PostgreSQL 17: read through jsonb so
+            // the one query works (NULL) on older servers.
             "SELECT slot_name::text, plugin::text, slot_type::text, active, active_pid, temporary, \
-                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text, database::text \
-             FROM pg_replication_slots WHERE slot_name = $1",
+                    restart_lsn::text, confirmed_flush_lsn::text, wal_status::text, database::text, \
+                    (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool \
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -474,6 +482,8 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
         confirmed_flush_lsn: lsn(r.get(7)),
         wal_status: r.get(8),
         database: r.get(9),
+        failover: r.get(10),
+        synced: r.get(11),
     }))
 }
 
@@ -506,27 +516,39 @@ pub async fn check_slot_database(client: &Client, info: &SlotInfo) -> Result<(),
     }
 }
 
-/// Create a persistent `pgoutput` slot when missing.
-pub async fn ensure_slot(client: &Client, slot: &str) -> Result<Ensured, CatalogError> {
+/// Create a persistent `pgoutput` slot when missing; a failover slot
+/// ([`failover`]) when `failover` and the server is PostgreSQL 17+. An existing slot
+/// is left as it is (`check` reports a missing `failover`).
+pub async fn ensure_slot(
+    client: &Client,
+    slot: &str,
+    failover: bool,
+) -> Result<Ensured, CatalogError> {
     if let Some(info) = slot_info(client, slot).await? {
         check_slot_kind(&info)?;
         check_slot_database(client, &info).await?;
         return Ok(Ensured::Existed);
     }
-    match client
-        .execute(
-            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&slot],
-        )
-        .await
-    {
+    let version = server_version_num(client).await?;
+    let sql = failover::create_slot_sql(slot, failover, version);
+    match client.execute(sql.as_str(), &[]).await {
         Ok(_) => {
-            tracing::info!(slot, "created replication slot");
+            let failover = failover && failover::supported(version);
+            tracing::info!(slot, failover, "created replication slot");
             Ok(Ensured::Created)
         }
         Err(e) if e.code() == Some(&SqlState::DUPLICATE_OBJECT) => Ok(Ensured::Existed),
         Err(e) => Err(query_err(format!("creating replication slot {slot}"))(e)),
     }
+}
+
+/// The server's `server_version_num` (e.g. 170004).
+pub async fn server_version_num(client: &Client) -> Result<i32, CatalogError> {
+    let row = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .map_err(query_err("reading server_version_num".to_owned()))?;
+    Ok(row.get(0))
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 //! Data flow: [`connection`] (transport, TLS, auth with [`channel_binding`]) → [`replication`] (CopyBoth
 //! stream task, framing from [`protocol`]) → [`pgoutput`] (decoder) → caller.
 //! [`catalog`] is a separate ordinary SQL connection for publication/slot queries;
-//! [`source`] names the database, publication and tables a command works on.
+//! [`source`] names the database, publication and tables a command works on;
+//! [`failover`] the failover-slot rules of PostgreSQL 17+.
 
 pub mod catalog;
 pub mod channel_binding;
 pub mod connection;
 pub mod conninfo;
+pub mod failover;
 pub mod lsn;
 pub mod pgoutput;
 pub mod protocol;

@@ -94,6 +94,53 @@ fn bindir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// The major version of the server binaries in `dir` (`postgres --version`).
+pub fn major_version(dir: &Path) -> u32 {
+    let out = Command::new(dir.join("postgres"))
+        .arg("--version")
+        .output()
+        .expect("postgres --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "postgres (PostgreSQL) 17.10"
+    text.split_whitespace()
+        .last()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no version in {text:?}"))
+}
+
+/// Server binaries of PostgreSQL 17 or later, for tests of what only 17+ has
+/// (failover slots): the harness's own when they are 17+, else PostgreSQL 17 from
+/// `scripts/install-postgres.sh 17` (cached after the first install), so such a
+/// test runs for real on every machine instead of passing on the wrong version.
+pub fn pg17_bindir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let own = bindir();
+        if major_version(&own) >= 17 {
+            return own;
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install-postgres.sh");
+        let out = Command::new(script)
+            .arg("17")
+            .output()
+            .expect("scripts/install-postgres.sh");
+        assert!(
+            out.status.success(),
+            "scripts/install-postgres.sh 17 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(
+            major_version(&dir) >= 17,
+            "{} is not PostgreSQL 17+",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
+}
+
 /// Build a command that runs as the `postgres` OS user when we are root.
 fn as_postgres(program: &Path) -> Command {
     if is_root() {
@@ -121,6 +168,8 @@ pub struct ClusterOptions {
     pub files: Vec<(String, Vec<u8>)>,
     /// Replaces the default pg_hba.conf when set.
     pub hba: Option<String>,
+    /// Server binaries; default: PGOUTBOX_TEST_PG_BINDIR, else `pg_config --bindir`.
+    pub bindir: Option<PathBuf>,
 }
 
 /// A running private cluster.
@@ -142,7 +191,7 @@ impl PgCluster {
         // Serialize initdb runs: two at once on a 2-core box only slows both.
         static START: Mutex<()> = Mutex::new(());
         let _guard = START.lock().unwrap_or_else(|e| e.into_inner());
-        let bindir = bindir();
+        let bindir = options.bindir.clone().unwrap_or_else(bindir);
         let dir = Command::new("mktemp")
             .args(["-d", "/tmp/pgoutbox-test-pg.XXXXXX"])
             .output()
@@ -338,6 +387,43 @@ host replication all 127.0.0.1/32 trust
     }
 }
 
+impl PgCluster {
+    /// Give the server a new timeline the way a failover does, on its own data
+    /// directory: stop it (fast), start it as a standby without a primary
+    /// (`standby.signal`), then `pg_ctl promote`. Same system identifier, the next
+    /// timeline, its replication slots kept as they were on disk. Returns once it
+    /// accepts writes.
+    pub fn promote_in_place(&self) {
+        self.stop("fast");
+        write_as_postgres(&self.datadir.join("standby.signal"), b"");
+        self.start_again();
+        run_ok(
+            as_postgres(&self.bindir.join("pg_ctl"))
+                .arg("-D")
+                .arg(&self.datadir)
+                .args(["-w", "-t", "120", "promote"]),
+        );
+        wait_until_eq(
+            "the promoted server to accept writes",
+            WAIT,
+            &"f".to_owned(),
+            || self.psql("postgres", "SELECT pg_is_in_recovery()"),
+        );
+    }
+
+    /// The server's current timeline (a checkpoint first: a promotion does not
+    /// wait for one, and the control file shows the last checkpoint's).
+    pub fn timeline(&self) -> u32 {
+        self.psql("postgres", "CHECKPOINT");
+        self.psql(
+            "postgres",
+            "SELECT timeline_id FROM pg_control_checkpoint()",
+        )
+        .parse()
+        .expect("a timeline number")
+    }
+}
+
 /// One database of the cluster.
 pub struct TestDb<'a> {
     pub cluster: &'a PgCluster,
@@ -345,6 +431,13 @@ pub struct TestDb<'a> {
 }
 
 impl TestDb<'_> {
+    /// The server's `server_version_num` (e.g. 170010).
+    pub fn server_version_num(&self) -> u32 {
+        self.psql("SHOW server_version_num")
+            .parse()
+            .expect("a server_version_num")
+    }
+
     /// Connection URL as superuser.
     pub fn url(&self) -> String {
         self.cluster.url(&self.name)

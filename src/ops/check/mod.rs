@@ -11,6 +11,7 @@
 //!              ├─ publication, publication_operations, publication_tables,
 //!              │  publication_partition_root, publication_columns                    (objects.rs)
 //!              ├─ slot, slot_wal_status                                              (objects.rs)
+//!              ├─ slot_failover, synchronized_standby_slots (17+)                    (failover.rs)
 //!              └─ max_slot_wal_keep_size                                             (server.rs)
 //!  kafka  (only with brokers; runs even when PostgreSQL is unreachable)
 //! ```
@@ -26,6 +27,7 @@
 //!   `wal_status` of `unreserved`, an unlimited `max_slot_wal_keep_size` — are
 //!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
 
+mod failover;
 mod objects;
 mod server;
 
@@ -52,6 +54,8 @@ pub struct CheckInput {
     pub tables: Vec<TableName>,
     /// Replication slot the relay uses.
     pub slot: String,
+    /// `--slot-failover`: whether the slot should be a failover slot (17+).
+    pub slot_failover: bool,
     /// Mapped column names every outbox table must have (id, key, payload, …).
     pub columns: Vec<String>,
     /// Kafka bootstrap servers; the broker check runs only when set.
@@ -244,7 +248,17 @@ async fn postgres_checks(
     checks.extend(server::role_checks(client, &facts.role).await);
     let tables = objects::table_checks(client, input, &facts.role, checks).await;
     objects::publication_checks(client, input, &facts, &tables, checks).await;
+    let info = slot.as_ref().ok().and_then(Option::as_ref).cloned();
+    let url = input.conninfo.redacted();
     objects::slot_checks(&input.slot, &facts.database, slot, checks);
+    checks.extend(failover::failover_checks(&failover::FailoverInput {
+        version_num: facts.version_num,
+        standby_slots: facts.synchronized_standby_slots.as_deref(),
+        slot: &input.slot,
+        url: &url,
+        info: info.as_ref(),
+        wanted: input.slot_failover,
+    }));
     checks.extend(server::keep_size_check(&facts));
 }
 

@@ -499,6 +499,8 @@ mod tests {
             restart_lsn: Some("0/10".parse().unwrap()),
             confirmed_flush_lsn: Some("0/20".parse().unwrap()),
             wal_status: Some("reserved".into()),
+            failover: None,
+            synced: None,
         }
     }
 

@@ -28,6 +28,8 @@ pub(super) struct Facts {
     pub used_senders: i64,
     /// `None` before PostgreSQL 13.
     pub max_slot_wal_keep_size: Option<String>,
+    /// `None` before PostgreSQL 17.
+    pub synchronized_standby_slots: Option<String>,
 }
 
 pub(super) async fn facts(client: &Client) -> Result<Facts, tokio_postgres::Error> {
@@ -42,7 +44,8 @@ pub(super) async fn facts(client: &Client) -> Result<Facts, tokio_postgres::Erro
                     (SELECT count(*) FROM pg_replication_slots), \
                     current_setting('max_wal_senders')::bigint, \
                     (SELECT count(*) FROM pg_stat_replication), \
-                    current_setting('max_slot_wal_keep_size', true)",
+                    current_setting('max_slot_wal_keep_size', true), \
+                    current_setting('synchronized_standby_slots', true)",
             &[],
         )
         .await?;
@@ -57,6 +60,7 @@ pub(super) async fn facts(client: &Client) -> Result<Facts, tokio_postgres::Erro
         max_senders: row.get(7),
         used_senders: row.get(8),
         max_slot_wal_keep_size: row.get(9),
+        synchronized_standby_slots: row.get(10),
     })
 }
 
@@ -225,6 +229,7 @@ mod tests {
             max_senders: 10,
             used_senders: 2,
             max_slot_wal_keep_size: Some("-1".into()),
+            synchronized_standby_slots: None,
         }
     }
 

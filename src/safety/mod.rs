@@ -1,16 +1,21 @@
-//! Slot safety: refuse to relay from a slot that moved behind the relay's back.
+//! Slot safety: refuse to relay from a slot that moved behind the relay's back, and
+//! choose where a session starts.
 //!
 //! Owns the checks `run` makes before every replication session, against the state
-//! file of [`crate::state`]:
+//! file of [`crate::state`], and the start position ([`resume`]):
 //!
 //! ```text
 //!  state file ───────────┐                     ┌─ slot invalidated (lost)   → SlotLost
 //!  IDENTIFY_SYSTEM ──────┼─ before START_REPLICATION ─┼─ system identifier changed → SystemChanged
-//!  pg_replication_slots ─┘                     ├─ slot missing              → SlotMissing
-//!                                              └─ publication missing       → PublicationMissing
-//!  START_REPLICATION (the slot is now ours, nobody else can move it)
+//!  pg_replication_slots ─┘                     ├─ older timeline than relayed → TimelineBehind
+//!                                              ├─ slot missing, promoted    → SlotMissingAfterPromotion
+//!                                              ├─ slot missing              → SlotMissing
+//!                                              ├─ publication missing       → PublicationMissing
+//!                                              └─ otherwise → Resume: state file's LSN or the slot's
+//!  START_REPLICATION at that LSN (the slot is now ours, nobody else can move it)
 //!  pg_replication_slots ── after ──┬─ confirmed_flush_lsn > file       → SlotAdvanced
 //!                                  ├─ no file yet                      → adopt the slot's LSN
+//!                                  ├─ other timeline, untrusted LSN    → rewrite with the slot's LSN
 //!                                  └─ otherwise                        → Checkpoint for the session
 //! ```
 //!
@@ -20,17 +25,31 @@
 //! deliberately — logging the exact skipped range and rewriting the file — except a
 //! lost slot, which must be dropped by the operator first. A slot that moved while
 //! another process held it (this relay stood by, then took over) is adopted with a
-//! warning: the other holder is taken to be a relay on the same slot.
+//! warning: the other holder is taken to be a relay on the same slot. A promoted
+//! server (same system identifier, a later timeline) that has the slot — a
+//! synchronized failover slot (PostgreSQL 17+) or one kept by the HA manager — is
+//! followed from the slot's own position; without the slot it is a finding.
+//!
+//! Files: `mod.rs` the checks ([`SlotGuard`]), `error.rs` the findings
+//! ([`SafetyError`]), [`resume`] where a session starts, `tests.rs` their unit tests.
+
+mod error;
+pub mod resume;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 
 use tokio_postgres::Client;
 
-use crate::pg::catalog::{self, CatalogError, SlotInfo};
+use crate::pg::catalog::{self, SlotInfo};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::{quote_literal, SystemIdentity};
+use crate::pg::replication::SystemIdentity;
 use crate::state::{Checkpoint, SlotState, StateError, StateFile};
+
+pub use error::SafetyError;
+pub use resume::{Resume, SlotReason};
 
 /// SQLSTATE `object_not_in_prerequisite_state`: reading an invalidated slot.
 const NOT_IN_PREREQUISITE_STATE: &str = "55000";
@@ -44,70 +63,6 @@ pub struct SafetyConfig {
     pub state_dir: Option<PathBuf>,
     /// `--accept-slot-reset`: go past one finding at this start.
     pub accept_slot_reset: bool,
-}
-
-/// A finding that stops the relay.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SafetyError {
-    /// The state file is unusable.
-    #[error(transparent)]
-    State(#[from] StateError),
-    /// A catalog query failed.
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    /// The slot is ahead of the state file.
-    #[error("replication slot \"{slot}\" is at {slot_lsn}, ahead of {persisted}, the last position this relay confirmed (state file {path}): it was advanced (pg_replication_slot_advance) or dropped and re-created behind the relay's back, so events committed between {persisted} and {slot_lsn} may never have been relayed; fix: {republish}, then start once with --accept-slot-reset; or accept the gap: start once with --accept-slot-reset")]
-    SlotAdvanced {
-        slot: String,
-        slot_lsn: Lsn,
-        persisted: Lsn,
-        path: PathBuf,
-        republish: Box<str>,
-    },
-    /// The slot is gone but the relay has relayed from it.
-    #[error("replication slot \"{slot}\" does not exist, but this relay confirmed up to {persisted} on it (state file {path}): it was dropped, or this server is a failover target or a restored backup without it; a new slot would start at the current WAL position and skip every event committed after {persisted}, so pgoutbox does not create one; fix: if --database-url points at the wrong server, correct it; otherwise {republish}, then start once with --accept-slot-reset to create the slot")]
-    SlotMissing {
-        slot: String,
-        persisted: Lsn,
-        path: PathBuf,
-        republish: Box<str>,
-    },
-    /// The slot was invalidated: its WAL is gone.
-    #[error("replication slot \"{slot}\" was invalidated ({observed}): PostgreSQL removed WAL the slot still needed (max_slot_wal_keep_size was exceeded while the relay was behind or stopped), so the events after {confirmed} can no longer be decoded from it; fix: drop it with SELECT pg_drop_replication_slot({slot_literal}), {republish}, then start once with --accept-slot-reset to create a new slot; raise max_slot_wal_keep_size (and alert on wal_status = unreserved) so it does not happen again", slot_literal = quote_literal(.slot))]
-    SlotLost {
-        slot: String,
-        observed: String,
-        confirmed: Lsn,
-        republish: Box<str>,
-    },
-    /// The publication is gone but the relay has relayed through it.
-    #[error("publication \"{publication}\" does not exist, but this relay relayed slot \"{slot}\" through it up to {persisted} (state file {path}); re-creating it silently would not help, because the slot's pending changes predate a new publication and PostgreSQL cannot decode them with it; fix: {republish}, drop the slot with SELECT pg_drop_replication_slot({slot_literal}), then start once with --accept-slot-reset to create publication and slot again", slot_literal = quote_literal(.slot))]
-    PublicationMissing {
-        publication: String,
-        slot: String,
-        persisted: Lsn,
-        path: PathBuf,
-        republish: Box<str>,
-    },
-    /// The server could not decode the slot because the publication is missing.
-    #[error("PostgreSQL cannot decode replication slot \"{slot}\": {server}; publication \"{publication}\" was dropped (or dropped and re-created) at a WAL position the slot has not passed yet, and reconnecting cannot fix that; fix: re-create the publication if it is gone (pgoutbox setup --print-sql shows the statement), {republish}, drop the slot with SELECT pg_drop_replication_slot({slot_literal}), then start once with --accept-slot-reset", slot_literal = quote_literal(.slot))]
-    PublicationGone {
-        publication: String,
-        slot: String,
-        server: String,
-        republish: Box<str>,
-    },
-    /// The server is another cluster than the one the state file was written for.
-    #[error("the server's system identifier is {server_system_id}, but this relay relayed slot \"{slot}\" on system {recorded_system_id} up to {persisted} (state file {path}): --database-url now points at another cluster (a restored backup, a logical copy, a new server); fix: point --database-url back at the original server; if the move is deliberate, {republish} on the new server, then start once with --accept-slot-reset")]
-    SystemChanged {
-        slot: String,
-        server_system_id: String,
-        recorded_system_id: String,
-        persisted: Lsn,
-        path: PathBuf,
-        republish: Box<str>,
-    },
 }
 
 /// The checks of one `run` process; keeps what must survive reconnects.
@@ -185,41 +140,30 @@ impl SlotGuard {
         self.stood_by = true;
     }
 
-    /// The checks before START_REPLICATION: system identifier, publication, slot
-    /// presence and validity. `slot` is its `pg_replication_slots` row.
+    /// The checks before START_REPLICATION: system identifier, timeline,
+    /// publication, slot presence and validity. `slot` is its `pg_replication_slots`
+    /// row. Returns where the session starts.
     pub async fn before_start(
         &self,
         client: &Client,
         identity: &SystemIdentity,
         slot: Option<&SlotInfo>,
-    ) -> Result<(), SafetyError> {
+    ) -> Result<Resume, SafetyError> {
         if let Some(info) = slot {
             if info.wal_status.as_deref() == Some("lost") {
                 return Err(self.lost("wal_status = lost".to_owned(), info));
             }
         }
-        let Some(recorded) = self.recorded()? else {
-            return Ok(());
+        let recorded = self.recorded()?;
+        let slot_lsn = slot
+            .and_then(|s| s.confirmed_flush_lsn)
+            .unwrap_or(Lsn::INVALID);
+        let resume = resume::decide(recorded.as_ref(), identity, slot_lsn, self.accept_reset);
+        let Some(recorded) = recorded else {
+            return Ok(resume);
         };
+        self.check_history(&recorded, identity, slot.is_some(), &resume)?;
         let path = self.path();
-        if recorded.system_id != identity.system_id && !self.accept_reset {
-            return Err(SafetyError::SystemChanged {
-                slot: self.slot.clone(),
-                server_system_id: identity.system_id.clone(),
-                recorded_system_id: recorded.system_id,
-                persisted: recorded.confirmed_lsn,
-                path,
-                republish: self.republish.clone(),
-            });
-        }
-        if slot.is_none() {
-            return Err(SafetyError::SlotMissing {
-                slot: self.slot.clone(),
-                persisted: recorded.confirmed_lsn,
-                path,
-                republish: self.republish.clone(),
-            });
-        }
         if !catalog::publication_exists(client, &self.publication).await? {
             return Err(SafetyError::PublicationMissing {
                 publication: self.publication.clone(),
@@ -229,23 +173,98 @@ impl SlotGuard {
                 republish: self.republish.clone(),
             });
         }
+        Ok(resume)
+    }
+
+    /// The findings that need no query: another cluster, an older timeline, the
+    /// slot missing (`has_slot`).
+    fn check_history(
+        &self,
+        recorded: &SlotState,
+        identity: &SystemIdentity,
+        has_slot: bool,
+        resume: &Resume,
+    ) -> Result<(), SafetyError> {
+        let path = self.path();
+        if recorded.system_id != identity.system_id && !self.accept_reset {
+            return Err(SafetyError::SystemChanged {
+                slot: self.slot.clone(),
+                server_system_id: identity.system_id.clone(),
+                recorded_system_id: recorded.system_id.clone(),
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            });
+        }
+        if let Resume::Slot(SlotReason::TimelineBehind {
+            recorded: t,
+            server,
+        }) = *resume
+        {
+            return Err(SafetyError::TimelineBehind {
+                slot: self.slot.clone(),
+                recorded: t,
+                server,
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            });
+        }
+        if !has_slot {
+            return Err(self.missing(recorded, identity, path));
+        }
         Ok(())
     }
 
+    /// The finding for a missing slot: after a promotion when the server is on a
+    /// later timeline of the recorded cluster.
+    fn missing(
+        &self,
+        recorded: &SlotState,
+        identity: &SystemIdentity,
+        path: PathBuf,
+    ) -> SafetyError {
+        match recorded.timeline {
+            Some(from) if from < identity.timeline && recorded.system_id == identity.system_id => {
+                SafetyError::SlotMissingAfterPromotion {
+                    slot: self.slot.clone(),
+                    from,
+                    to: identity.timeline,
+                    persisted: recorded.confirmed_lsn,
+                    path,
+                    republish: self.republish.clone(),
+                }
+            }
+            _ => SafetyError::SlotMissing {
+                slot: self.slot.clone(),
+                persisted: recorded.confirmed_lsn,
+                path,
+                republish: self.republish.clone(),
+            },
+        }
+    }
+
     /// The check after START_REPLICATION succeeded (the slot is held by this relay,
-    /// so `slot_lsn`, its confirmed_flush_lsn, can no longer move under it). Returns
-    /// the session's checkpoint.
+    /// so `slot_lsn`, its confirmed_flush_lsn, can no longer move under it). `resume`
+    /// is what [`SlotGuard::before_start`] decided. Returns the session's checkpoint.
     pub fn after_start(
         &mut self,
         identity: &SystemIdentity,
         slot_lsn: Lsn,
+        resume: &Resume,
     ) -> Result<Checkpoint, SafetyError> {
         let Some(file) = self.file.clone() else {
             return Ok(Checkpoint::disabled());
         };
         let accept = std::mem::take(&mut self.accept_reset);
         let stood_by = std::mem::take(&mut self.stood_by);
-        let current = SlotState::new(&identity.system_id, &self.database, &self.slot, slot_lsn);
+        let current = SlotState::new(
+            &identity.system_id,
+            identity.timeline,
+            &self.database,
+            &self.slot,
+            slot_lsn,
+        );
         let Some(recorded) = file.load()? else {
             file.write(&current)?;
             tracing::info!(slot = %self.slot, lsn = %slot_lsn, path = %file.path().display(), "no state file yet: adopting the slot's position");
@@ -286,6 +305,16 @@ impl SlotGuard {
                     republish: self.republish.clone(),
                 });
             }
+        } else if resume.distrusts_record() || recorded.timeline != Some(identity.timeline) {
+            // Another (or an unknown) history: the recorded LSN says nothing about
+            // this server's WAL. From now on the file follows the slot on this one.
+            tracing::info!(
+                slot = %self.slot,
+                recorded = %recorded,
+                timeline = identity.timeline,
+                lsn = %slot_lsn,
+                "state file rewritten to the slot's position on the server's timeline"
+            );
         } else {
             if accept {
                 tracing::info!(slot = %self.slot, "--accept-slot-reset: the slot matches the state file; nothing to accept");
@@ -356,142 +385,5 @@ impl SlotGuard {
             .as_ref()
             .map(|f| f.path().to_owned())
             .unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pg::connection::DbError;
-
-    fn identity(system_id: &str) -> SystemIdentity {
-        SystemIdentity {
-            system_id: system_id.to_owned(),
-            timeline: 1,
-            xlogpos: Lsn(0),
-            dbname: Some("shop".into()),
-        }
-    }
-
-    fn guard(dir: Option<PathBuf>, accept: bool) -> SlotGuard {
-        let cfg = SafetyConfig {
-            state_dir: dir,
-            accept_slot_reset: accept,
-        };
-        SlotGuard::open(&cfg, "shop", "s1", "pub", "outbox", "created_at").unwrap()
-    }
-
-    fn temp_dir(tag: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("pgoutbox-safety-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
-    fn recorded(dir: &std::path::Path) -> Lsn {
-        StateFile::open(dir, "shop", "s1")
-            .unwrap()
-            .load()
-            .unwrap()
-            .unwrap()
-            .confirmed_lsn
-    }
-
-    #[test]
-    fn first_start_adopts_then_a_slot_ahead_is_refused() {
-        let dir = temp_dir("ahead");
-        let mut g = guard(Some(dir.clone()), false);
-        assert!(g.may_create().unwrap());
-        let cp = g.after_start(&identity("1"), Lsn(100)).unwrap();
-        assert_eq!(cp.persisted(), Some(Lsn(100)));
-        assert!(!g.may_create().unwrap(), "history exists now");
-        // Behind or equal: a crash or a normal restart.
-        g.after_start(&identity("1"), Lsn(90)).unwrap();
-        g.after_start(&identity("1"), Lsn(100)).unwrap();
-        let err = g.after_start(&identity("1"), Lsn(200)).unwrap_err();
-        assert!(matches!(err, SafetyError::SlotAdvanced { .. }), "{err}");
-        let text = err.to_string();
-        for needle in [
-            "\"s1\"",
-            "0/C8",
-            "0/64",
-            "--accept-slot-reset",
-            "shop.s1.state",
-        ] {
-            assert!(text.contains(needle), "{needle}: {text}");
-        }
-        assert_eq!(recorded(&dir), Lsn(100), "a refusal leaves the file alone");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn accept_applies_once_and_standby_takeover_adopts() {
-        let dir = temp_dir("accept");
-        guard(Some(dir.clone()), false)
-            .after_start(&identity("1"), Lsn(100))
-            .unwrap();
-        let mut g = guard(Some(dir.clone()), true);
-        g.after_start(&identity("1"), Lsn(200)).unwrap();
-        assert_eq!(recorded(&dir), Lsn(200), "rewritten to the slot");
-        assert!(
-            g.after_start(&identity("1"), Lsn(300)).is_err(),
-            "the flag applied to one start only"
-        );
-        g.note_standby();
-        g.after_start(&identity("1"), Lsn(300)).unwrap();
-        assert_eq!(recorded(&dir), Lsn(300));
-        assert!(
-            g.after_start(&identity("1"), Lsn(400)).is_err(),
-            "a takeover is forgiven once, not forever"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn state_off_checks_nothing_and_writes_nothing() {
-        let mut g = guard(None, false);
-        assert!(g.may_create().unwrap());
-        let cp = g.after_start(&identity("1"), Lsn(100)).unwrap();
-        assert_eq!(cp.persisted(), None);
-        g.after_start(&identity("2"), Lsn(1)).unwrap();
-    }
-
-    #[test]
-    fn server_errors_that_are_slot_safety_findings() {
-        let g = guard(None, false);
-        let db = |code: &str, message: &str| {
-            PgError::Db(DbError {
-                severity: "ERROR".into(),
-                code: code.into(),
-                message: message.into(),
-                ..DbError::default()
-            })
-        };
-        let lost = g
-            .explain(&db(
-                "55000",
-                "can no longer get changes from replication slot \"s1\"",
-            ))
-            .unwrap()
-            .to_string();
-        assert!(lost.contains("was invalidated"), "{lost}");
-        assert!(lost.contains("pg_drop_replication_slot('s1')"), "{lost}");
-        let gone = g
-            .explain(&db("42704", "publication \"pub\" does not exist"))
-            .unwrap()
-            .to_string();
-        assert!(gone.contains("publication \"pub\""), "{gone}");
-        assert!(gone.contains("--accept-slot-reset"), "{gone}");
-        let skipped = g
-            .explain(&db("55000", "skipped loading publication \"pub\""))
-            .unwrap()
-            .to_string();
-        assert!(skipped.contains("publication \"pub\""), "{skipped}");
-        assert!(skipped.contains("--accept-slot-reset"), "{skipped}");
-        assert!(g.explain(&db("57P01", "terminating connection")).is_none());
-        assert!(g
-            .explain(&db("42704", "type \"x\" does not exist"))
-            .is_none());
-        assert!(g.explain(&PgError::StreamEnded).is_none());
     }
 }
