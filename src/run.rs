@@ -5,7 +5,8 @@
 //! outlives replication sessions, and the reconnect loop:
 //!
 //! ```text
-//!  ensure publication + slot ─▶ loop { connect ─ slot-safety checks ─ START_REPLICATION
+//!  ensure publication + slot ─▶ loop { connect (walking every host afresh: after a
+//!  failover the new primary) ─ slot-safety checks ─ START_REPLICATION
 //!  (resume at the slot's confirmed_flush_lsn) ─ slot-safety check of that LSN ─
 //!  Session::run } ── transient error ─▶ back off, retry
 //!                 └─ definite error (slot safety included) ─▶ exit non-zero
@@ -297,11 +298,15 @@ async fn session(
     metrics: &Arc<Metrics>,
     guard: &mut SlotGuard,
 ) -> Result<SessionStats, RunError> {
-    let catalog_client = catalog::connect(&cfg.source.conninfo).await?;
-    let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
     let mut client = ReplicationClient::connect(&cfg.source.conninfo)
         .await
         .map_err(PipelineError::Pg)?;
+    // With several hosts, the catalog queries go to the server the stream comes
+    // from: the one the replication connection's walk chose.
+    let on_stream_host = cfg.source.conninfo.for_host(client.host());
+    tracing::info!(host = %client.host(), "connected for replication");
+    let catalog_client = catalog::connect(&on_stream_host).await?;
+    let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
     let identity = client.identify_system().await.map_err(PipelineError::Pg)?;
     guard
         .before_start(&catalog_client, &identity, info.as_ref())
