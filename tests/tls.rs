@@ -58,6 +58,7 @@ fn pki() -> &'static Pki {
                  hostssl replication all 127.0.0.1/32 trust\n"
                     .into(),
             ),
+            ..ClusterOptions::default()
         });
         let dir = std::env::temp_dir().join(format!("pgoutbox-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

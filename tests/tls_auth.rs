@@ -58,6 +58,7 @@ fn tls_cluster(pki: &Pki, server: &Issued) -> PgCluster {
             ("root.crt".into(), pki.ca_pem().into_bytes()),
         ],
         hba: Some(HBA.into()),
+        ..ClusterOptions::default()
     });
     cluster.psql("postgres", "CREATE ROLE cert_users NOLOGIN");
     cluster

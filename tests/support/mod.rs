@@ -22,6 +22,7 @@
 pub mod kafka;
 pub mod proxy;
 pub mod sasl_gate;
+pub mod standby;
 pub mod tls;
 pub mod verify;
 pub mod workload;
@@ -121,6 +122,8 @@ pub struct ClusterOptions {
     pub files: Vec<(String, Vec<u8>)>,
     /// Replaces the default pg_hba.conf when set.
     pub hba: Option<String>,
+    /// Server binaries other than the default ones (e.g. [`standby::pg17_bindir`]).
+    pub bindir: Option<PathBuf>,
 }
 
 /// A running private cluster.
@@ -142,7 +145,7 @@ impl PgCluster {
         // Serialize initdb runs: two at once on a 2-core box only slows both.
         static START: Mutex<()> = Mutex::new(());
         let _guard = START.lock().unwrap_or_else(|e| e.into_inner());
-        let bindir = bindir();
+        let bindir = options.bindir.clone().unwrap_or_else(bindir);
         let dir = Command::new("mktemp")
             .args(["-d", "/tmp/pgoutbox-test-pg.XXXXXX"])
             .output()
