@@ -31,6 +31,7 @@ use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
+use crate::pg::conninfo::{ConnInfo, TargetSessionAttrs};
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::ReplicationClient;
 use crate::pg::source::SourceConfig;
@@ -134,6 +135,7 @@ async fn relay(
     tasks: &mut Tasks,
     helpers: &CancellationToken,
 ) -> Result<(), RunError> {
+    warn_if_standby_possible(&cfg.source.conninfo);
     if let Some(addr) = cfg.http_addr {
         crate::http::serve(addr, metrics.clone(), helpers.clone(), tasks).await?;
     }
@@ -209,6 +211,24 @@ fn renew_fatal_producer(sink: &mut KafkaSink) -> Result<bool, RunError> {
     tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
     sink.renew()?;
     Ok(true)
+}
+
+/// Several hosts and a `target_session_attrs` that admits a standby: after a
+/// failover (or with a replica listed first) the relay may land on a server where it
+/// cannot stream its slot.
+fn warn_if_standby_possible(conninfo: &ConnInfo) {
+    let attrs = conninfo.target_session_attrs;
+    let safe = matches!(
+        attrs,
+        TargetSessionAttrs::ReadWrite | TargetSessionAttrs::Primary
+    );
+    if conninfo.hosts.len() > 1 && !safe {
+        tracing::warn!(
+            hosts = conninfo.hosts.len(),
+            target_session_attrs = %attrs,
+            "several hosts with target_session_attrs={attrs}: the relay may connect to a standby, where it cannot stream its slot; add target_session_attrs=read-write (or primary) to --database-url"
+        );
+    }
 }
 
 fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
