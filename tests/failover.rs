@@ -109,8 +109,7 @@ async fn target_session_attrs_choose_the_right_server() {
     );
     let sql_err = catalog::connect(&refused)
         .await
-        .err()
-        .expect("no read-write server");
+        .expect_err("no read-write server");
     assert!(sql_err.is_transient(), "{sql_err}");
     assert!(
         sql_err
