@@ -6,9 +6,9 @@
 //! this module speaks the protocol directly with `postgres_protocol`'s codecs:
 //!
 //! ```text
-//!  TCP ─(SSLRequest → rustls, per sslmode)─ StartupMessage ─ auth (trust │ cleartext │
-//!  md5 │ SCRAM-SHA-256 │ SCRAM-SHA-256-PLUS) ─ ParameterStatus… ─ ReadyForQuery ─
-//!  Query/… ─ (CopyBoth)
+//!  TCP ─(SSLRequest → rustls per sslmode, or rustls at once: sslnegotiation=direct)─
+//!  StartupMessage ─ auth (trust │ cleartext │ md5 │ SCRAM-SHA-256 │ SCRAM-SHA-256-PLUS) ─
+//!  ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
 //! ```
 //!
 //! Channel binding follows `channel_binding` (see [`crate::pg::channel_binding`]): over
@@ -38,7 +38,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pg::channel_binding::{self, Plan, Refusal, TlsBinding};
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode};
+use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation};
 use crate::pg::host_walk::{self, HostAttempt, NoHostAccepted, WalkError};
 use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
 use crate::pg::tls::{self, TlsError};
@@ -307,6 +307,14 @@ impl PgConnection {
         if matches!(info.sslmode, SslMode::Allow) {
             // allow = "plain first"; plain is what we do unless the server insists.
             return Ok(plain(tcp));
+        }
+        if info.sslnegotiation == SslNegotiation::Direct {
+            // TLS at once, no SSLRequest (PostgreSQL 17+; the config carries the
+            // ALPN protocol the server requires). Parsing guaranteed an sslmode
+            // without a plain fallback.
+            let stream = tls::handshake(config, host, tcp).await?;
+            let binding = tls::channel_binding(&stream);
+            return Ok((Box::new(stream), binding));
         }
         let mut req = BytesMut::new();
         frontend::ssl_request(&mut req);

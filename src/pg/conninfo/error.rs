@@ -69,15 +69,11 @@ pub enum ConnInfoError {
         /// How many hostaddr values were given.
         hostaddrs: usize,
     },
-    /// A setting pgoutbox understands but cannot honour, with the reason and the fix.
-    #[error("{key}={value} is not supported: {reason}")]
-    Unsupported {
-        /// The keyword.
-        key: &'static str,
-        /// The value as given.
-        value: &'static str,
-        /// Why, and what to use instead.
-        reason: &'static str,
+    /// `sslnegotiation=direct` with an `sslmode` that would allow plain text.
+    #[error("sslnegotiation=direct needs sslmode=require, verify-ca or verify-full, not {sslmode}: direct TLS has no plain-text fallback; fix: set sslmode=verify-full (or require), or drop sslnegotiation=direct")]
+    DirectNeedsTls {
+        /// The `sslmode` in effect.
+        sslmode: &'static str,
     },
     /// The port list fits neither "one port for all hosts" nor "one port per host".
     #[error("could not match {ports} port numbers to {hosts} hosts; fix: give one port for all hosts, or one per host (an empty entry means 5432)")]

@@ -206,8 +206,9 @@ impl ConnInfo {
     /// `connect_timeout` is whole seconds; 0 or negative means wait forever and 1 is
     /// raised to 2, as libpq does. `keepalives=0` turns TCP keepalives off;
     /// `keepalives_idle`, `keepalives_interval` (seconds) and `keepalives_count` are
-    /// positive whole numbers. `sslnegotiation=postgres` is accepted; `direct` is
-    /// refused with the reason ([`ConnInfoError::Unsupported`]).
+    /// positive whole numbers. `sslnegotiation=direct` (PostgreSQL 17+: TLS at once,
+    /// ALPN `postgresql`, no SSLRequest) needs `sslmode` require, verify-ca or
+    /// verify-full, as in libpq.
     ///
     /// Password file: when neither the string nor `PGPASSWORD` gives a password, the
     /// file named by `passfile`, else `PGPASSFILE`, else `$HOME/.pgpass`

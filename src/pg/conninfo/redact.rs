@@ -9,7 +9,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::percent::{encode, QUERY_KEEP, QUERY_KEEP_IN_LIST};
-use super::{ChannelBinding, ConnInfo, Host, HostAddr, LoadBalanceHosts, TargetSessionAttrs};
+use super::{
+    ChannelBinding, ConnInfo, Host, HostAddr, LoadBalanceHosts, SslNegotiation, TargetSessionAttrs,
+};
 
 impl ConnInfo {
     /// The connection described for humans and logs: URL form without the password, e.g.
@@ -48,12 +50,15 @@ impl ConnInfo {
     }
 
     /// The query parameters after the hosts and database: `sslmode` always,
-    /// `channel_binding`, `target_session_attrs` and `load_balance_hosts` when not the
-    /// default, then every other setting that is set.
+    /// `channel_binding`, `sslnegotiation`, `target_session_attrs` and
+    /// `load_balance_hosts` when not the default, then every other setting that is set.
     fn settings_as_query(&self) -> Vec<(&'static str, String)> {
         let mut query = vec![("sslmode", self.sslmode.as_str().to_owned())];
         if self.channel_binding != ChannelBinding::default() {
             query.push(("channel_binding", self.channel_binding.as_str().to_owned()));
+        }
+        if self.sslnegotiation != SslNegotiation::default() {
+            query.push(("sslnegotiation", self.sslnegotiation.as_str().to_owned()));
         }
         if self.target_session_attrs != TargetSessionAttrs::default() {
             let attrs = self.target_session_attrs.as_str().to_owned();

@@ -61,7 +61,7 @@ pub(super) fn resolve(
     let mut hosts = hosts(raw.host, raw.hostaddr, raw.port, env)?;
     let sslmode = sslmode(raw.sslmode, env)?;
     let channel_binding = channel_binding(raw.channel_binding, env)?;
-    let sslnegotiation = sslnegotiation(raw.sslnegotiation, env)?;
+    let sslnegotiation = sslnegotiation(raw.sslnegotiation, env, sslmode)?;
     let connect_timeout = connect_timeout(raw.connect_timeout, env)?;
     let target_session_attrs = checked(
         env.pick(raw.target_session_attrs, "PGTARGETSESSIONATTRS"),
@@ -142,8 +142,13 @@ fn channel_binding(value: Option<String>, env: Env) -> Result<ChannelBinding, Co
 }
 
 /// `sslnegotiation` from the string, else `PGSSLNEGOTIATION`, else `postgres`.
-/// `direct` is refused: see [`DIRECT_REFUSED`].
-fn sslnegotiation(value: Option<String>, env: Env) -> Result<SslNegotiation, ConnInfoError> {
+/// `direct` has no plain-text fallback, so (as libpq) it needs an `sslmode` that
+/// insists on TLS.
+fn sslnegotiation(
+    value: Option<String>,
+    env: Env,
+    sslmode: SslMode,
+) -> Result<SslNegotiation, ConnInfoError> {
     let picked = env.pick(value, "PGSSLNEGOTIATION");
     let expected = SslNegotiation::EXPECTED;
     let negotiation = checked(
@@ -152,22 +157,15 @@ fn sslnegotiation(value: Option<String>, env: Env) -> Result<SslNegotiation, Con
         expected,
         SslNegotiation::from_libpq,
     )?;
-    match negotiation.unwrap_or_default() {
-        SslNegotiation::Direct => Err(ConnInfoError::Unsupported {
-            key: "sslnegotiation",
-            value: "direct",
-            reason: DIRECT_REFUSED,
-        }),
-        postgres => Ok(postgres),
+    let negotiation = negotiation.unwrap_or_default();
+    let weak = matches!(sslmode, SslMode::Disable | SslMode::Allow | SslMode::Prefer);
+    if negotiation == SslNegotiation::Direct && weak {
+        return Err(ConnInfoError::DirectNeedsTls {
+            sslmode: sslmode.as_str(),
+        });
     }
+    Ok(negotiation)
 }
-
-/// Why `sslnegotiation=direct` is refused rather than quietly negotiated the
-/// classic way.
-pub(super) const DIRECT_REFUSED: &str = "pgoutbox starts TLS the classic way only (an SSLRequest, \
-     then the handshake), and direct TLS is not implemented for its replication connection; \
-     it saves one round trip per connection and nothing else; fix: remove sslnegotiation or \
-     set sslnegotiation=postgres (TLS is still used as sslmode says)";
 
 /// The four `keepalives*` keywords (libpq has no environment variables for them).
 fn keepalives(raw: &Raw) -> Result<Keepalives, ConnInfoError> {

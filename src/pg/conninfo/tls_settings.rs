@@ -217,26 +217,47 @@ mod tests {
     }
 
     #[test]
-    fn sslnegotiation_postgres_accepted_direct_refused_with_the_reason() {
+    fn sslnegotiation_parses_like_libpq() {
         assert_eq!(parse("").sslnegotiation, SslNegotiation::Postgres);
         let c = parse("postgres://h/d?sslnegotiation=postgres&sslmode=require");
         assert_eq!(c.sslnegotiation, SslNegotiation::Postgres);
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let c = parse(&format!(
+                "sslnegotiation=direct sslmode={mode} sslrootcert=/ca"
+            ));
+            assert_eq!(c.sslnegotiation, SslNegotiation::Direct);
+            // Shown (and round-tripped) only when not the default.
+            assert!(
+                c.redacted().contains("sslnegotiation=direct"),
+                "{}",
+                c.redacted()
+            );
+            assert_eq!(parse(&c.redacted()), c);
+            assert_eq!(
+                c.to_tokio_postgres().get_ssl_negotiation(),
+                tokio_postgres::config::SslNegotiation::Direct
+            );
+        }
+        assert!(!parse("sslmode=require")
+            .redacted()
+            .contains("sslnegotiation"));
         assert_eq!(
-            parse_err("sslnegotiation=direct sslmode=require").to_string(),
-            "sslnegotiation=direct is not supported: pgoutbox starts TLS the classic way only \
-             (an SSLRequest, then the handshake), and direct TLS is not implemented for its \
-             replication connection; it saves one round trip per connection and nothing else; \
-             fix: remove sslnegotiation or set sslnegotiation=postgres (TLS is still used as \
-             sslmode says)"
+            parse_err("sslnegotiation=direct").to_string(),
+            "sslnegotiation=direct needs sslmode=require, verify-ca or verify-full, not \
+             prefer: direct TLS has no plain-text fallback; fix: set sslmode=verify-full (or \
+             require), or drop sslnegotiation=direct"
         );
-        let env = env_of(&[("PGSSLNEGOTIATION", "direct")]);
-        assert!(matches!(
-            ConnInfo::parse_with_env("", &env).unwrap_err(),
-            ConnInfoError::Unsupported {
-                key: "sslnegotiation",
-                ..
-            }
-        ));
+        for weak in ["disable", "allow", "prefer"] {
+            assert_eq!(
+                parse_err(&format!("sslnegotiation=direct sslmode={weak}")),
+                ConnInfoError::DirectNeedsTls {
+                    sslmode: SslMode::from_libpq(weak).unwrap().as_str()
+                }
+            );
+        }
+        let env = env_of(&[("PGSSLNEGOTIATION", "direct"), ("PGSSLMODE", "require")]);
+        let c = ConnInfo::parse_with_env("", &env).unwrap();
+        assert_eq!(c.sslnegotiation, SslNegotiation::Direct);
         assert_eq!(
             parse_err("sslnegotiation=tls").to_string(),
             "invalid sslnegotiation \"tls\" from the connection string: expected one of \

@@ -8,15 +8,17 @@
 //! the SQL connection walks the hosts with the replication connection's own code
 //! (`pg::host_walk`), one single-host config ([`ConnInfo::for_host`]) per attempt.
 
-use tokio_postgres::config::{ChannelBinding as TpChannelBinding, SslMode as TpSslMode};
+use tokio_postgres::config::{
+    ChannelBinding as TpChannelBinding, SslMode as TpSslMode, SslNegotiation as TpSslNegotiation,
+};
 
-use super::{ChannelBinding, ConnInfo, Host, SslMode};
+use super::{ChannelBinding, ConnInfo, Host, SslMode, SslNegotiation};
 
 impl ConnInfo {
     /// An equivalent `tokio_postgres::Config`: every host (Unix sockets via
     /// `host_path`) with its own port (and `hostaddr` when every host has one), user,
-    /// password, dbname, application_name, options, connect_timeout, keepalives and
-    /// channel_binding. `ssl_mode` maps Disable→Disable, Allow/Prefer→Prefer,
+    /// password, dbname, application_name, options, connect_timeout, keepalives,
+    /// sslnegotiation and channel_binding. `ssl_mode` maps Disable→Disable, Allow/Prefer→Prefer,
     /// Require/VerifyCa/VerifyFull→Require; certificate checks are ours. The password
     /// is the one given for all hosts; for a single host with its own password from
     /// the password file, use [`ConnInfo::for_host`] first.
@@ -67,6 +69,10 @@ impl ConnInfo {
             config.keepalives_retries(count);
         }
         config.ssl_mode(tp_ssl_mode(self.sslmode));
+        config.ssl_negotiation(match self.sslnegotiation {
+            SslNegotiation::Postgres => TpSslNegotiation::Postgres,
+            SslNegotiation::Direct => TpSslNegotiation::Direct,
+        });
         config.channel_binding(tp_channel_binding(self.channel_binding));
         config
     }
