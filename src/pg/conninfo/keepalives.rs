@@ -107,6 +107,25 @@ mod tests {
         assert!(c.keepalives.to_socket2().is_some());
     }
 
+    /// The settings reach a real socket (Linux reports them back).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn applied_to_a_socket() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let c = parse("keepalives_idle=31 keepalives_interval=7 keepalives_count=4");
+        let sock = socket2::SockRef::from(&tcp);
+        sock.set_tcp_keepalive(&c.keepalives.to_socket2().unwrap())
+            .unwrap();
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(31));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(7)
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 4);
+    }
+
     #[test]
     fn bad_values_name_the_key() {
         assert_eq!(

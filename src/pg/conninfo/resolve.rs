@@ -59,25 +59,40 @@ pub(super) fn resolve(
     let keepalives = keepalives(&raw)?;
     let (user, dbname) = user_and_dbname(raw.user, raw.dbname, env);
     let mut hosts = hosts(raw.host, raw.hostaddr, raw.port, env)?;
-    let sslmode = sslmode(raw.sslmode, env)?;
-    let channel_binding = channel_binding(raw.channel_binding, env)?;
+    let sslmode = choice(
+        raw.sslmode,
+        env,
+        "PGSSLMODE",
+        "sslmode",
+        SslMode::EXPECTED,
+        SslMode::from_libpq,
+    )?;
+    let channel_binding = choice(
+        raw.channel_binding,
+        env,
+        "PGCHANNELBINDING",
+        "channel_binding",
+        ChannelBinding::EXPECTED,
+        ChannelBinding::from_libpq,
+    )?;
     let sslnegotiation = sslnegotiation(raw.sslnegotiation, env, sslmode)?;
     let connect_timeout = connect_timeout(raw.connect_timeout, env)?;
-    let target_session_attrs = checked(
-        env.pick(raw.target_session_attrs, "PGTARGETSESSIONATTRS"),
+    let target_session_attrs = choice(
+        raw.target_session_attrs,
+        env,
+        "PGTARGETSESSIONATTRS",
         "target_session_attrs",
         TargetSessionAttrs::EXPECTED,
         TargetSessionAttrs::from_libpq,
-    )?
-    .unwrap_or_default();
-    let load_balance_hosts = checked(
-        env.pick(raw.load_balance_hosts, "PGLOADBALANCEHOSTS"),
+    )?;
+    let load_balance_hosts = choice(
+        raw.load_balance_hosts,
+        env,
+        "PGLOADBALANCEHOSTS",
         "load_balance_hosts",
         LoadBalanceHosts::EXPECTED,
         LoadBalanceHosts::from_libpq,
-    )?
-    .unwrap_or_default();
-
+    )?;
     let path = |value, name| env.pick(value, name).map(|(v, _)| PathBuf::from(v));
     let sslrootcert = path(raw.sslrootcert, "PGSSLROOTCERT");
     let sslcert = path(raw.sslcert, "PGSSLCERT");
@@ -121,24 +136,18 @@ fn user_and_dbname(user: Option<String>, dbname: Option<String>, env: Env) -> (S
     (user, dbname)
 }
 
-/// `sslmode` from the string, else `PGSSLMODE`, else `prefer`.
-fn sslmode(value: Option<String>, env: Env) -> Result<SslMode, ConnInfoError> {
-    let picked = env.pick(value, "PGSSLMODE");
-    let mode = checked(picked, "sslmode", SslMode::EXPECTED, SslMode::from_libpq)?;
-    Ok(mode.unwrap_or_default())
-}
-
-/// `channel_binding` from the string, else `PGCHANNELBINDING`, else `prefer`.
-fn channel_binding(value: Option<String>, env: Env) -> Result<ChannelBinding, ConnInfoError> {
-    let picked = env.pick(value, "PGCHANNELBINDING");
-    let expected = ChannelBinding::EXPECTED;
-    let binding = checked(
-        picked,
-        "channel_binding",
-        expected,
-        ChannelBinding::from_libpq,
-    )?;
-    Ok(binding.unwrap_or_default())
+/// One of libpq's named settings (`sslmode`, `target_session_attrs`, …): from the
+/// string, else the variable `var`, else `T`'s default; a value that is none of `T`'s
+/// spellings is an error naming `key`, the value, where it came from and `expected`.
+fn choice<T: Default>(
+    value: Option<String>,
+    env: Env,
+    var: &'static str,
+    key: &'static str,
+    expected: &'static str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, ConnInfoError> {
+    Ok(checked(env.pick(value, var), key, expected, parse)?.unwrap_or_default())
 }
 
 /// `sslnegotiation` from the string, else `PGSSLNEGOTIATION`, else `postgres`.
@@ -149,15 +158,14 @@ fn sslnegotiation(
     env: Env,
     sslmode: SslMode,
 ) -> Result<SslNegotiation, ConnInfoError> {
-    let picked = env.pick(value, "PGSSLNEGOTIATION");
-    let expected = SslNegotiation::EXPECTED;
-    let negotiation = checked(
-        picked,
+    let negotiation = choice(
+        value,
+        env,
+        "PGSSLNEGOTIATION",
         "sslnegotiation",
-        expected,
+        SslNegotiation::EXPECTED,
         SslNegotiation::from_libpq,
     )?;
-    let negotiation = negotiation.unwrap_or_default();
     let weak = matches!(sslmode, SslMode::Disable | SslMode::Allow | SslMode::Prefer);
     if negotiation == SslNegotiation::Direct && weak {
         return Err(ConnInfoError::DirectNeedsTls {
