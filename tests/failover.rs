@@ -103,7 +103,7 @@ async fn target_session_attrs_choose_the_right_server() {
     let text = err.to_string();
     assert!(
         text.contains(&format!("127.0.0.1:{s}: session is read-only"))
-            && text.contains("127.0.0.1:1: connecting to 127.0.0.1:1")
+            && text.contains("; connecting to 127.0.0.1:1: ")
             && text.contains("target_session_attrs=read-write"),
         "{text}"
     );
@@ -179,14 +179,18 @@ fn relay_resumes_on_the_promoted_standby() {
     // Only events committed before the fault can be delivered by the first session,
     // so only they can come again from the second.
     let committed_before = writer.committed();
-    let stopped = Instant::now();
     pair.primary.stop("immediate");
+    // Until a standby is promoted there is no server to relay from: the relay walks
+    // both hosts on every retry, finds the old primary gone and the standby
+    // read-only, and keeps trying.
+    relay.wait_stderr("session is read-only", WAIT);
+    let promoting = Instant::now();
     pair.promote();
-    let promoted = stopped.elapsed();
+    let promoted = promoting.elapsed();
     let marker = insert_marker(&pair, &db.name);
     let found = reader.try_read_until(WAIT * 3, |records| records.iter().any(|r| r.id() == marker));
     assert!(found, "no event after the failover:\n{}", log_tail(&relay));
-    let resumed = stopped.elapsed();
+    let resumed = promoting.elapsed();
     let target = writer.committed() + 200;
     wait_for("200 events on the new primary", WAIT, || {
         (writer.committed() >= target).then_some(())
@@ -213,7 +217,7 @@ fn relay_resumes_on_the_promoted_standby() {
         "FIGURES failover: expected={} delivered={} lost={} unexpected={} reordered={} \
          duplicated_total={} duplicated_max_copies={} undone_by_failover={undone} \
          committed_before_fault={committed_before} promote_s={:.1} resume_s={:.1} \
-         (stop -m immediate → first event committed on the new primary delivered) \
+         (pg_ctl promote → first event committed on the new primary delivered) \
          writer={stats:?}",
         verdict.committed,
         verdict.delivered,
@@ -225,6 +229,13 @@ fn relay_resumes_on_the_promoted_standby() {
         promoted.as_secs_f64(),
         resumed.as_secs_f64(),
     );
+    let log = relay.stderr();
+    let walk: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("connected for replication"))
+        .take(4)
+        .collect();
+    eprintln!("relay during the failover:\n{}", walk.join("\n"));
     assert!(
         complete,
         "not every expected event arrived: {verdict:?}\n{}",

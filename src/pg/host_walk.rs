@@ -22,7 +22,9 @@
 //! starting up", "too many clients") moves on to the next host instead of ending the
 //! walk: a relay restarted during a failover must not be held by the old primary's
 //! crash recovery. Each call walks the list afresh, so a reconnect after a failover
-//! finds the new primary.
+//! finds the new primary. Also unlike libpq, `load_balance_hosts=random` shuffles the
+//! hosts but not the addresses one host name resolves to (those are tried in the
+//! resolver's order).
 //! See <https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-MULTIPLE-HOSTS>.
 
 use std::fmt;
@@ -90,11 +92,23 @@ impl NoHostAccepted {
         let attempts: Vec<String> = self
             .failures
             .iter()
-            .map(|f| format!("{}: {}", f.target, f.reason))
+            .map(|f| {
+                // Most connection errors already name the host.
+                if f.reason.contains(&f.target) {
+                    f.reason.clone()
+                } else {
+                    format!("{}: {}", f.target, f.reason)
+                }
+            })
             .collect();
-        let fix = if self.failures.iter().all(|f| f.refused) {
+        let refused = self.failures.iter().filter(|f| f.refused).count();
+        let fix = if refused == self.failures.len() {
             "fix: if a failover is under way this resolves itself once a server is promoted; \
              otherwise list the server you want among the hosts, or change target_session_attrs"
+        } else if refused > 0 {
+            "fix: if a failover is under way this resolves itself once a server is promoted; \
+             otherwise check that the servers are up and reachable from here (host, port, \
+             firewall)"
         } else {
             "fix: check that the servers are up and reachable from here (host, port, \
              firewall), or raise connect_timeout"
@@ -411,9 +425,17 @@ mod tests {
         assert_eq!(
             got.unwrap_err(),
             "no acceptable server among 3 host attempts (target_session_attrs=read-write): \
-             down:1: connection refused; standby1:2: session is read-only; slow:3: slow:3 timed \
-             out after 2s; fix: check that the servers are up and reachable from here (host, \
-             port, firewall), or raise connect_timeout"
+             down:1: connection refused; standby1:2: session is read-only; slow:3 timed out \
+             after 2s; fix: if a failover is under way this resolves itself once a server is \
+             promoted; otherwise check that the servers are up and reachable from here (host, \
+             port, firewall)"
+        );
+        let (got, _) = run("host=down,slow connect_timeout=2", true);
+        assert_eq!(
+            got.unwrap_err(),
+            "no acceptable server among 2 host attempts (target_session_attrs=any): down:5432: \
+             connection refused; slow:5432 timed out after 2s; fix: check that the servers are \
+             up and reachable from here (host, port, firewall), or raise connect_timeout"
         );
         let (got, _) = run("host=standby1,standby2 target_session_attrs=primary", true);
         assert_eq!(
