@@ -248,3 +248,34 @@ async fn direct_tls_negotiation_on_postgresql_17() {
         );
     }
 }
+
+/// `hostaddr` gives the address to connect to, and `host` stays the name the
+/// certificate is checked against: a name that does not resolve at all still
+/// connects (no DNS lookup) and then fails the verify-full name check, naming it.
+#[tokio::test]
+async fn hostaddr_connects_by_address_and_verifies_the_host_name() {
+    let pki = pki();
+    let by_address = format!(
+        "{}&hostaddr=127.0.0.1",
+        url("localhost", "verify-full", &pki.ca_file, "postgres")
+    );
+    let mut client = connect(&by_address).await.expect("localhost via 127.0.0.1");
+    assert!(uses_tls(&mut client).await);
+    pgoutbox::pg::catalog::connect(&ConnInfo::parse(&by_address).unwrap())
+        .await
+        .expect("the SQL connection, localhost via 127.0.0.1");
+    let unresolvable = format!(
+        "{}&hostaddr=127.0.0.1",
+        url("db.invalid", "verify-full", &pki.ca_file, "postgres")
+    );
+    let err = connect(&unresolvable)
+        .await
+        .err()
+        .expect("the certificate is for localhost, not db.invalid");
+    let text = err.to_string();
+    assert!(
+        text.contains("TLS handshake with db.invalid failed"),
+        "{text}"
+    );
+    assert!(text.contains("not valid for name"), "{text}");
+}
