@@ -1,7 +1,8 @@
 //! Failover: a PostgreSQL 17 primary with a physical standby ([`support::standby`]).
 //!
 //! - `target_session_attrs` picks the right server of a two-host list, for the
-//!   replication connection and for the SQL connection alike, whatever the order.
+//!   replication connection and for the SQL connection alike, whatever the order; on
+//!   PostgreSQL 13 (no `in_hot_standby` report) by asking the server.
 //! - The relay, given both hosts with `target_session_attrs=read-write`, survives the
 //!   primary's death (`pg_ctl stop -m immediate`) and the standby's promotion by
 //!   itself, from the failover slot synchronized to the standby: every event present
@@ -23,10 +24,10 @@ use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::sql_client;
 
 use crate::support::kafka::{Broker, Reader};
-use crate::support::standby::Pair;
+use crate::support::standby::{pg_bindir, Pair};
 use crate::support::verify::{verify, Ledger};
 use crate::support::workload::{read_all, run_args_via, start_relay, topics, Writer, WriterConfig};
-use crate::support::{wait_for, Pgoutbox, WAIT};
+use crate::support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, WAIT};
 
 const TYPES: [&str; 2] = ["order", "customer"];
 
@@ -117,6 +118,47 @@ async fn target_session_attrs_choose_the_right_server() {
             .contains(&format!("127.0.0.1:{s}: session is read-only")),
         "{sql_err}"
     );
+}
+
+/// PostgreSQL 13 reports neither `in_hot_standby` nor `default_transaction_read_only`,
+/// so the state check asks (`SHOW transaction_read_only`, `pg_is_in_recovery()`),
+/// on the replication connection in simple-query mode as on the SQL connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_session_attrs_ask_servers_before_14() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        PgCluster::start(ClusterOptions {
+            bindir: Some(pg_bindir(13)),
+            ..ClusterOptions::default()
+        })
+    })
+    .await
+    .unwrap();
+    let p = cluster.port;
+    let conn = |attrs: &str| {
+        format!(
+            "postgres://postgres@127.0.0.1:1,127.0.0.1:{p}/postgres?sslmode=disable\
+             &target_session_attrs={attrs}"
+        )
+    };
+    assert_eq!(chosen_port(&conn("read-write")).await, Ok(p));
+    assert_eq!(chosen_port(&conn("primary")).await, Ok(p));
+    let refused = chosen_port(&conn("standby")).await.unwrap_err();
+    assert!(
+        refused.contains("server is not in hot standby mode"),
+        "{refused}"
+    );
+    cluster.psql(
+        "postgres",
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+    );
+    cluster.psql("postgres", "SELECT pg_reload_conf()");
+    wait_for("the read-only default to apply", WAIT, || {
+        (cluster.psql("postgres", "SHOW default_transaction_read_only") == "on").then_some(())
+    });
+    let refused = chosen_port(&conn("read-write")).await.unwrap_err();
+    assert!(refused.contains("session is read-only"), "{refused}");
+    assert_eq!(chosen_port(&conn("read-only")).await, Ok(p));
+    assert_eq!(chosen_port(&conn("primary")).await, Ok(p));
 }
 
 /// [`chosen_port`] on an owned string (for a closure's future).

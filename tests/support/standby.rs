@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use super::{
     as_postgres, free_port, run_ok, spawn_watchdog, wait_for, write_as_postgres, ClusterOptions,
@@ -29,22 +29,32 @@ pub const PHYSICAL_SLOT: &str = "failover_standby";
 
 /// The PostgreSQL 17 bindir, installing the pinned build on first use.
 pub fn pg17_bindir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install-postgres.sh");
-        let out = Command::new("bash")
-            .args([script, "17"])
-            .output()
-            .expect("run scripts/install-postgres.sh");
-        assert!(
-            out.status.success(),
-            "scripts/install-postgres.sh 17 failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        PathBuf::from(text.lines().last().unwrap_or_default().trim())
-    })
-    .clone()
+    pg_bindir(17)
+}
+
+/// The bindir of PostgreSQL `major` (13–18) from `scripts/install-postgres.sh`, which
+/// installs the pinned build on first use and then answers from its cache.
+pub fn pg_bindir(major: u32) -> PathBuf {
+    static DIRS: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, dir)) = dirs.iter().find(|(m, _)| *m == major) {
+        return dir.clone();
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install-postgres.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(major.to_string())
+        .output()
+        .expect("run scripts/install-postgres.sh");
+    assert!(
+        out.status.success(),
+        "scripts/install-postgres.sh {major} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let dir = PathBuf::from(text.lines().last().unwrap_or_default().trim());
+    dirs.push((major, dir.clone()));
+    dir
 }
 
 /// A running primary and its standby.
