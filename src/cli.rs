@@ -103,7 +103,9 @@ pub enum Command {
 pub struct SourceArgs {
     /// PostgreSQL connection string: a libpq URL (postgres://user:pass@host:5432/db?sslmode=require)
     /// or key=value pairs. Unset parts fall back to PGHOST, PGPORT, PGUSER, PGPASSWORD,
-    /// PGDATABASE, PGSSLMODE, PGSSLROOTCERT and ~/.pgpass, like psql.
+    /// PGDATABASE, PGSSLMODE, PGSSLROOTCERT and ~/.pgpass, like psql. Several servers:
+    /// postgres://a:5432,b:5432/db?target_session_attrs=read-write — the relay uses the
+    /// one that accepts writes and finds the new primary by itself after a failover.
     #[arg(
         long,
         env = "PGOUTBOX_DATABASE_URL",

@@ -10,10 +10,11 @@
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
-//!   the streaming connection, [`pg::catalog`] publication/slot SQL,
-//!   [`pg::failover`] failover slots (PostgreSQL 17+), [`pg::tls`],
-//!   [`pg::conninfo`] libpq connection strings, [`pg::source`] the database,
-//!   publication and tables a command works on.
+//!   the streaming connection, [`pg::catalog`] publication/slot SQL on the
+//!   [`pg::sql_client`] connection, [`pg::failover`] failover slots (PostgreSQL 17+),
+//!   [`pg::tls`], [`pg::conninfo`] libpq connection strings, [`pg::host_walk`] how
+//!   both connections walk a multi-host list (`target_session_attrs`, failover),
+//!   [`pg::source`] the database, publication and tables a command works on.
 //! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`]),
 //!   poison rows with their dead letters ([`outbox::invalid`]) and W3C trace
 //!   context ([`outbox::trace`]).

@@ -5,11 +5,12 @@
 //! outlives replication sessions, and the reconnect loop:
 //!
 //! ```text
-//!  ensure publication + slot ─▶ loop { connect ─ slot-safety checks ─ START_REPLICATION
-//!  (at the state file's LSN when it describes this history and the slot fell
-//!  behind it, else at the slot's confirmed_flush_lsn) ─ slot-safety check of that
-//!  LSN ─ Session::run } ── transient error ─▶ back off, retry
-//!                        └─ definite error (slot safety included) ─▶ exit non-zero
+//!  ensure publication + slot ─▶ loop { connect (walking every host afresh: after a
+//!  failover the new primary) ─ slot-safety checks ─ START_REPLICATION (at the state
+//!  file's LSN when it describes this history and the slot fell behind it, else at
+//!  the slot's confirmed_flush_lsn) ─ slot-safety check of that LSN ─ Session::run }
+//!  ── transient error ─▶ back off, retry
+//!  └─ definite error (slot safety included) ─▶ exit non-zero
 //! ```
 //!
 //! Invariants: a new session resumes at the last position this relay confirmed —
@@ -33,6 +34,7 @@ use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
+use crate::pg::conninfo::{ConnInfo, TargetSessionAttrs};
 use crate::pg::failover;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::{ReplicationClient, SystemIdentity};
@@ -139,6 +141,7 @@ async fn relay(
     tasks: &mut Tasks,
     helpers: &CancellationToken,
 ) -> Result<(), RunError> {
+    warn_if_standby_possible(&cfg.source.conninfo);
     if let Some(addr) = cfg.http_addr {
         crate::http::serve(addr, metrics.clone(), helpers.clone(), tasks).await?;
     }
@@ -214,6 +217,24 @@ fn renew_fatal_producer(sink: &mut KafkaSink) -> Result<bool, RunError> {
     tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
     sink.renew()?;
     Ok(true)
+}
+
+/// Several hosts and a `target_session_attrs` that admits a standby: after a
+/// failover (or with a replica listed first) the relay may land on a server where it
+/// cannot stream its slot.
+fn warn_if_standby_possible(conninfo: &ConnInfo) {
+    let attrs = conninfo.target_session_attrs;
+    let safe = matches!(
+        attrs,
+        TargetSessionAttrs::ReadWrite | TargetSessionAttrs::Primary
+    );
+    if conninfo.hosts.len() > 1 && !safe {
+        tracing::warn!(
+            hosts = conninfo.hosts.len(),
+            target_session_attrs = %attrs,
+            "several hosts with target_session_attrs={attrs}: the relay may connect to a standby, where it cannot stream its slot; add target_session_attrs=read-write (or primary) to --database-url"
+        );
+    }
 }
 
 fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
@@ -311,11 +332,15 @@ async fn session(
     metrics: &Arc<Metrics>,
     guard: &mut SlotGuard,
 ) -> Result<SessionStats, RunError> {
-    let catalog_client = catalog::connect(&cfg.source.conninfo).await?;
-    let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
     let mut client = ReplicationClient::connect(&cfg.source.conninfo)
         .await
         .map_err(PipelineError::Pg)?;
+    // With several hosts, the catalog queries go to the server the stream comes
+    // from: the one the replication connection's walk chose.
+    let on_stream_host = cfg.source.conninfo.for_host(client.host());
+    tracing::info!(host = %client.host(), "connected for replication");
+    let catalog_client = catalog::connect(&on_stream_host).await?;
+    let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
     let identity = client.identify_system().await.map_err(PipelineError::Pg)?;
     let resume = guard
         .before_start(&catalog_client, &identity, info.as_ref())

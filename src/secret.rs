@@ -15,7 +15,7 @@
 use std::fmt;
 
 /// A credential whose text is hidden from `Debug` and `Display`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Secret(String);
 
 impl Secret {

@@ -162,3 +162,33 @@ async fn unreachable_port_fails_fast_with_the_target_named() {
     );
     assert!(err.is_transient());
 }
+
+/// The password file is looked up for each host on its own, as libpq does: the first
+/// host (unreachable) has a line with another password; the host that answers gets
+/// its own line, on the replication and the SQL connection alike.
+#[tokio::test]
+async fn password_file_lines_apply_per_host() {
+    let db = PgCluster::shared().fresh_db();
+    let name = user(&db, "scram", "right-one");
+    let port = db.cluster.port;
+    let file = support::temp_dir("pgpass").join("pgpass");
+    std::fs::write(
+        &file,
+        format!("127.0.0.1:1:*:{name}:wrong-one\n127.0.0.1:{port}:*:{name}:right-one\n"),
+    )
+    .unwrap();
+    let conn = format!(
+        "host=127.0.0.1,127.0.0.1 port=1,{port} user={name} dbname={} sslmode=disable",
+        db.name
+    );
+    let passfile = file.display().to_string();
+    let env = move |key: &str| (key == "PGPASSFILE").then(|| passfile.clone());
+    let info = ConnInfo::parse_with_env(&conn, &env).unwrap();
+    let mut client = ReplicationClient::connect(&info)
+        .await
+        .expect("the second host's own password");
+    client.identify_system().await.unwrap();
+    pgoutbox::pg::catalog::connect(&info)
+        .await
+        .expect("the SQL connection with the second host's own password");
+}

@@ -15,6 +15,7 @@ mod capture_seeds;
 mod cli;
 mod config;
 mod edges;
+mod failover;
 mod failover_slots;
 mod faults;
 mod keepalive;

@@ -182,3 +182,100 @@ async fn plain_connections_are_refused_by_this_cluster() {
     .expect("hostssl-only cluster must refuse plain TCP");
     assert_eq!(err.code(), Some("28000"), "{err}");
 }
+
+/// `sslnegotiation=direct` against PostgreSQL 17: TLS from the first byte (ALPN
+/// `postgresql`, no SSLRequest) on the replication and the SQL connection. Its
+/// pg_hba.conf accepts only `hostssl`, so a session proves TLS; and the same setting
+/// against this file's PostgreSQL of the system version (no direct TLS before 17)
+/// fails, which proves no SSLRequest was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tls_negotiation_on_postgresql_17() {
+    let direct_pki = support::tls::Pki::new("direct tls");
+    let server = direct_pki.issue("direct-server", "localhost", &["localhost"]);
+    let options = ClusterOptions {
+        bindir: Some(support::pg17_bindir()),
+        conf: vec![
+            "ssl = on".into(),
+            "ssl_cert_file = 'server.crt'".into(),
+            "ssl_key_file = 'server.key'".into(),
+        ],
+        files: vec![
+            ("server.crt".into(), server.cert_pem.clone().into_bytes()),
+            ("server.key".into(), server.key_pem.clone().into_bytes()),
+        ],
+        hba: Some(
+            "local all all trust\n\
+             hostssl all all 127.0.0.1/32 trust\n\
+             hostssl replication all 127.0.0.1/32 trust\n"
+                .into(),
+        ),
+    };
+    let cluster = tokio::task::spawn_blocking(move || PgCluster::start(options))
+        .await
+        .unwrap();
+    let direct = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}\
+         &sslnegotiation=direct",
+        cluster.port,
+        direct_pki.ca_file().display()
+    );
+    let mut repl = connect(&direct)
+        .await
+        .expect("direct TLS, replication connection");
+    assert!(uses_tls(&mut repl).await);
+    let client = pgoutbox::pg::catalog::connect(&ConnInfo::parse(&direct).unwrap())
+        .await
+        .expect("direct TLS, SQL connection");
+    let ssl: bool = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ssl);
+    let old = pki();
+    let before_17 = format!(
+        "{}&sslnegotiation=direct",
+        url("localhost", "verify-full", &old.ca_file, "postgres")
+    );
+    let version = old.cluster.psql("postgres", "SHOW server_version_num");
+    if version.parse::<u32>().unwrap() < 170000 {
+        assert!(
+            connect(&before_17).await.is_err(),
+            "a server before 17 cannot accept direct TLS"
+        );
+    }
+}
+
+/// `hostaddr` gives the address to connect to, and `host` stays the name the
+/// certificate is checked against: a name that does not resolve at all still
+/// connects (no DNS lookup) and then fails the verify-full name check, naming it.
+#[tokio::test]
+async fn hostaddr_connects_by_address_and_verifies_the_host_name() {
+    let pki = pki();
+    let by_address = format!(
+        "{}&hostaddr=127.0.0.1",
+        url("localhost", "verify-full", &pki.ca_file, "postgres")
+    );
+    let mut client = connect(&by_address).await.expect("localhost via 127.0.0.1");
+    assert!(uses_tls(&mut client).await);
+    pgoutbox::pg::catalog::connect(&ConnInfo::parse(&by_address).unwrap())
+        .await
+        .expect("the SQL connection, localhost via 127.0.0.1");
+    let unresolvable = format!(
+        "{}&hostaddr=127.0.0.1",
+        url("db.invalid", "verify-full", &pki.ca_file, "postgres")
+    );
+    let err = connect(&unresolvable)
+        .await
+        .err()
+        .expect("the certificate is for localhost, not db.invalid");
+    let text = err.to_string();
+    assert!(
+        text.contains("TLS handshake with db.invalid failed"),
+        "{text}"
+    );
+    assert!(text.contains("not valid for name"), "{text}");
+}

@@ -1,8 +1,8 @@
 //! Catalog helpers on an ordinary (non-replication) SQL connection.
 //!
-//! Owns the SQL that inspects and creates the publication and the replication slot,
-//! and the one place that opens a tokio-postgres connection with the same TLS rules
-//! as the replication connection. Keeping catalog queries off the replication
+//! Owns the SQL that inspects and creates the publication and the replication slot;
+//! the connection itself is opened by [`crate::pg::sql_client`] (re-exported here as
+//! [`connect`]), with the same TLS rules and host walk as the replication connection. Keeping catalog queries off the replication
 //! connection means a slow catalog query can never delay a keepalive reply.
 //!
 //! Invariants: `ensure_*` functions are idempotent — they create what is missing,
@@ -15,12 +15,12 @@ use std::fmt;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use crate::pg::channel_binding::Refusal;
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, SslMode};
 use crate::pg::failover;
+use crate::pg::host_walk::NoHostAccepted;
 use crate::pg::lsn::Lsn;
 use crate::pg::replication::quote_ident;
-use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
+pub use crate::pg::sql_client::connect;
+use crate::pg::tls::{self, TlsError};
 
 /// Errors from catalog operations.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,15 @@ pub enum CatalogError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// Connect and authentication took longer than `connect_timeout`.
+    #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
+    Timeout {
+        target: String,
+        after: std::time::Duration,
+    },
+    /// No host of a multi-host list gave an acceptable session.
+    #[error(transparent)]
+    NoHost(#[from] NoHostAccepted),
     /// TLS configuration failed.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -151,6 +160,8 @@ impl CatalogError {
             CatalogError::Connect { source, .. } | CatalogError::Query { source, .. } => {
                 pg_transient(source)
             }
+            CatalogError::Timeout { .. } => true,
+            CatalogError::NoHost(none) => none.is_transient(),
             _ => false,
         }
     }
@@ -199,73 +210,6 @@ impl fmt::Display for TableName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)
     }
-}
-
-/// Open an ordinary SQL connection (TLS per `sslmode`); the connection task runs in
-/// the background until the client is dropped.
-pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
-    let config = info.to_tokio_postgres();
-    let connected = match tls::client_config(info)? {
-        Some(tls) => config
-            .connect(MakeRustlsConnect::new(tls))
-            .await
-            .map(|(client, conn)| spawn_connection(client, conn)),
-        None => config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map(|(client, conn)| spawn_connection(client, conn)),
-    };
-    connected.map_err(|source| connect_error(info, source))
-}
-
-/// tokio-postgres reports an unmet `channel_binding=require` as "server did not use
-/// channel binding"; say why and what to change instead.
-fn connect_error(info: &ConnInfo, source: tokio_postgres::Error) -> CatalogError {
-    let unbound = info.channel_binding == ChannelBinding::Require
-        && source.as_db_error().is_none()
-        && describe(&source).contains("channel binding");
-    if !unbound {
-        return CatalogError::Connect {
-            target: info.redacted(),
-            source,
-        };
-    }
-    let target = info
-        .hosts
-        .first()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let reason = if info.sslmode == SslMode::Disable {
-        Refusal::NotTls { target }.to_string()
-    } else {
-        format!(
-            "channel_binding=require, but the server at {target} did not complete a \
-             SCRAM-SHA-256-PLUS exchange: the connection is not TLS (the server declined \
-             SSL), or this user's pg_hba.conf method is not scram-sha-256 (no password was \
-             sent); fix: use sslmode=require or stricter with ssl = on in the server and \
-             scram-sha-256 in pg_hba.conf, or set channel_binding=prefer"
-        )
-    };
-    CatalogError::ChannelBinding {
-        target: info.redacted(),
-        user: info.user.clone(),
-        reason,
-    }
-}
-
-/// Drive a tokio-postgres connection in the background; it ends when the client
-/// is dropped.
-fn spawn_connection<S, T>(client: Client, conn: tokio_postgres::Connection<S, T>) -> Client
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    crate::task::spawn("catalog-connection", async move {
-        if let Err(err) = conn.await {
-            tracing::debug!(error = %err, "catalog connection ended");
-        }
-    });
-    client
 }
 
 fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {

@@ -6,14 +6,18 @@
 //! this module speaks the protocol directly with `postgres_protocol`'s codecs:
 //!
 //! ```text
-//!  TCP ─(SSLRequest → rustls, per sslmode)─ StartupMessage ─ auth (trust │ cleartext │
-//!  md5 │ SCRAM-SHA-256 │ SCRAM-SHA-256-PLUS) ─ ParameterStatus… ─ ReadyForQuery ─
-//!  Query/… ─ (CopyBoth)
+//!  TCP ─(SSLRequest → rustls per sslmode, or rustls at once: sslnegotiation=direct)─
+//!  StartupMessage ─ auth (trust │ cleartext │ md5 │ SCRAM-SHA-256 │ SCRAM-SHA-256-PLUS) ─
+//!  ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
 //! ```
 //!
 //! Channel binding follows `channel_binding` (see [`crate::pg::channel_binding`]): over
 //! TLS, SCRAM-SHA-256-PLUS binds the login to the server certificate the TLS session
 //! saw; with `require`, a connection that cannot bind fails before any password is sent.
+//!
+//! With several hosts, [`PgConnection::connect`] walks them with
+//! [`crate::pg::host_walk`] (order, `target_session_attrs`, one error listing every
+//! host); TCP keepalives follow the `keepalives*` settings.
 //!
 //! Invariants: every wait on the server is bounded by `connect_timeout` during
 //! startup, so a wrong password or a silent server gives an error, never a hang; an
@@ -34,16 +38,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pg::channel_binding::{self, Plan, Refusal, TlsBinding};
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode};
+use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation};
+use crate::pg::host_walk::{self, HostAttempt, NoHostAccepted, WalkError};
 use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
 use crate::pg::tls::{self, TlsError};
 
 /// SQLSTATE 08P01: the peer broke the protocol. Class 08 is otherwise transient
 /// (connection trouble); a protocol violation does not go away by reconnecting.
 const PROTOCOL_VIOLATION: &str = "08P01";
-
-/// Default bound on connect + TLS + authentication when `connect_timeout` is unset.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A byte stream to the server: plain TCP, TLS, or a Unix socket.
 pub trait Transport: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -124,6 +126,9 @@ pub enum PgError {
     /// The server did something the protocol does not allow at this point.
     #[error("unexpected server message while {context}: {what}")]
     Unexpected { context: String, what: String },
+    /// No host of a multi-host list gave an acceptable session.
+    #[error(transparent)]
+    NoHost(#[from] NoHostAccepted),
     /// Connect and authentication took longer than `connect_timeout`.
     #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
     Timeout { target: String, after: Duration },
@@ -159,6 +164,7 @@ impl PgError {
             | PgError::Timeout { .. }
             | PgError::StreamEnded
             | PgError::StreamTimeout { .. } => true,
+            PgError::NoHost(none) => none.is_transient(),
             PgError::Db(db) => {
                 (matches!(
                     db.code.get(..2),
@@ -236,41 +242,28 @@ pub struct PgConnection {
     write_buf: BytesMut,
     params: HashMap<String, String>,
     target: String,
+    host: HostAddr,
 }
 
 impl PgConnection {
-    /// Connect to the first reachable host of `info` and authenticate. With
-    /// `replication` the session is a walsender (`replication=database`).
+    /// Connect to the first acceptable host of `info` (in the order and by the
+    /// `target_session_attrs` of [`crate::pg::host_walk`]) and authenticate. With
+    /// `replication` the session is a walsender (`replication=database`), on which the
+    /// state check's SQL runs in simple-query mode (PostgreSQL 10+).
     pub async fn connect(info: &ConnInfo, replication: bool) -> Result<Self, PgError> {
-        let timeout = info.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-        let mut last = None;
-        for addr in &info.hosts {
-            let target = describe(addr);
-            let attempt = tokio::time::timeout(timeout, Self::connect_one(info, addr, replication));
-            match attempt.await {
-                Ok(Ok(conn)) => return Ok(conn),
-                // A server that answered with an error is authoritative: do not try others.
-                Ok(Err(err @ (PgError::Db(_) | PgError::Auth { .. }))) => return Err(err),
-                Ok(Err(err)) => last = Some(err),
-                Err(_) => {
-                    last = Some(PgError::Timeout {
-                        target,
-                        after: timeout,
-                    })
-                }
-            }
+        match host_walk::walk(info, &RawAttempt { replication }).await {
+            Ok((conn, _)) => Ok(conn),
+            Err(WalkError::Host(err)) => Err(err),
+            Err(WalkError::NoHost(none)) => Err(none.into()),
         }
-        Err(last.unwrap_or_else(|| PgError::Unexpected {
-            context: "connecting".into(),
-            what: "no host given".into(),
-        }))
     }
 
-    async fn connect_one(
-        info: &ConnInfo,
-        addr: &HostAddr,
-        replication: bool,
-    ) -> Result<Self, PgError> {
+    /// The one host of `single` (see [`ConnInfo::for_host`]).
+    async fn connect_one(single: &ConnInfo, replication: bool) -> Result<Self, PgError> {
+        let addr = single.hosts.first().ok_or_else(|| PgError::Unexpected {
+            context: "connecting".into(),
+            what: "no host given".into(),
+        })?;
         let target = describe(addr);
         let (stream, binding): (Box<dyn Transport>, TlsBinding) = match &addr.host {
             Host::Unix(dir) => {
@@ -281,11 +274,8 @@ impl PgConnection {
                 (Box::new(sock), TlsBinding::NotTls)
             }
             Host::Tcp(host) => {
-                let tcp = TcpStream::connect((host.as_str(), addr.port))
-                    .await
-                    .map_err(io(format!("connecting to {target}")))?;
-                let _ = tcp.set_nodelay(true);
-                Self::maybe_tls(info, host, &target, tcp).await?
+                let tcp = connect_tcp(single, addr, host, &target).await?;
+                Self::maybe_tls(single, host, &target, tcp).await?
             }
         };
         let mut conn = PgConnection {
@@ -294,8 +284,9 @@ impl PgConnection {
             write_buf: BytesMut::new(),
             params: HashMap::new(),
             target,
+            host: addr.clone(),
         };
-        conn.startup(info, replication, &binding).await?;
+        conn.startup(single, replication, &binding).await?;
         Ok(conn)
     }
 
@@ -316,6 +307,14 @@ impl PgConnection {
         if matches!(info.sslmode, SslMode::Allow) {
             // allow = "plain first"; plain is what we do unless the server insists.
             return Ok(plain(tcp));
+        }
+        if info.sslnegotiation == SslNegotiation::Direct {
+            // TLS at once, no SSLRequest (PostgreSQL 17+; the config carries the
+            // ALPN protocol the server requires). Parsing guaranteed an sslmode
+            // without a plain fallback.
+            let stream = tls::handshake(config, host, tcp).await?;
+            let binding = tls::channel_binding(&stream);
+            return Ok((Box::new(stream), binding));
         }
         let mut req = BytesMut::new();
         frontend::ssl_request(&mut req);
@@ -643,6 +642,11 @@ impl PgConnection {
         &self.target
     }
 
+    /// The host this connection is on (of several, the one the walk chose).
+    pub fn host(&self) -> &HostAddr {
+        &self.host
+    }
+
     /// Queue a `Query` message without waiting for its result.
     pub(crate) fn queue_query(&mut self, sql: &str) -> Result<(), PgError> {
         frontend::query(sql, &mut self.write_buf).map_err(io("encoding Query"))
@@ -654,12 +658,73 @@ impl PgConnection {
     }
 }
 
-fn describe(addr: &HostAddr) -> String {
-    match &addr.host {
-        Host::Tcp(h) if h.contains(':') => format!("[{h}]:{}", addr.port),
-        Host::Tcp(h) => format!("{h}:{}", addr.port),
-        Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), addr.port),
+/// The replication (or plain) connection as one attempt of a host walk.
+struct RawAttempt {
+    replication: bool,
+}
+
+impl HostAttempt for RawAttempt {
+    type Conn = PgConnection;
+    type Error = PgError;
+
+    async fn connect(&self, single: &ConnInfo) -> Result<PgConnection, PgError> {
+        PgConnection::connect_one(single, self.replication).await
     }
+
+    async fn query_one(&self, conn: &mut PgConnection, sql: &str) -> Result<String, PgError> {
+        let rows = conn.simple_query(sql).await?;
+        let value = rows
+            .first()
+            .and_then(|row| row.values.first().cloned().flatten());
+        value.ok_or_else(|| PgError::Unexpected {
+            context: format!("checking target_session_attrs on {}", conn.target),
+            what: format!("no value from {sql}"),
+        })
+    }
+
+    fn reported(&self, conn: &PgConnection, name: &str) -> Option<String> {
+        conn.parameter(name).map(str::to_owned)
+    }
+
+    fn timed_out(&self, target: String, after: Duration) -> PgError {
+        PgError::Timeout { target, after }
+    }
+
+    /// The server answered and refused: authentication, or a definite server error
+    /// (a missing database); transient server errors move on to the next host.
+    fn is_definite(&self, err: &PgError) -> bool {
+        matches!(err, PgError::Auth { .. }) || matches!(err, PgError::Db(_) if !err.is_transient())
+    }
+
+    fn is_transient(&self, err: &PgError) -> bool {
+        err.is_transient()
+    }
+}
+
+/// TCP to `addr` (its `hostaddr` if set, else the name resolved), with no delay and
+/// the keepalives of `info`.
+async fn connect_tcp(
+    info: &ConnInfo,
+    addr: &HostAddr,
+    host: &str,
+    target: &str,
+) -> Result<TcpStream, PgError> {
+    let connected = match addr.hostaddr {
+        Some(ip) => TcpStream::connect((ip, addr.port)).await,
+        None => TcpStream::connect((host, addr.port)).await,
+    };
+    let tcp = connected.map_err(io(format!("connecting to {target}")))?;
+    let _ = tcp.set_nodelay(true);
+    if let Some(keepalive) = info.keepalives.to_socket2() {
+        socket2::SockRef::from(&tcp)
+            .set_tcp_keepalive(&keepalive)
+            .map_err(io(format!("setting TCP keepalives on {target}")))?;
+    }
+    Ok(tcp)
+}
+
+fn describe(addr: &HostAddr) -> String {
+    addr.to_string()
 }
 
 /// `"15.18 (Debian …)"` → 150018, `"16beta1"` → 160000, `"9.6.24"` → 90624.

@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::Instrument;
 
 use crate::pg::connection::{PgConnection, PgError, SimpleRow, Transport};
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::conninfo::{ConnInfo, HostAddr};
 use crate::pg::lsn::Lsn;
 use crate::pg::protocol::{
     encode_standby_status, parse_backend, parse_copy_data, Backend, ReplicationMessage,
@@ -105,6 +105,12 @@ impl ReplicationClient {
         Ok(Self {
             conn: PgConnection::connect(info, true).await?,
         })
+    }
+
+    /// The host this connection is on: of several, the one the host walk chose
+    /// (`target_session_attrs`).
+    pub fn host(&self) -> &HostAddr {
+        self.conn.host()
     }
 
     /// The server's version number (e.g. 150018), 0 when it did not report one.

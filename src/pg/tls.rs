@@ -38,7 +38,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::pg::channel_binding::TlsBinding;
-use crate::pg::conninfo::{ConnInfo, SslMode};
+use crate::pg::conninfo::{ConnInfo, SslMode, SslNegotiation};
 
 /// Why a TLS configuration or handshake failed.
 #[derive(Debug, thiserror::Error)]
@@ -205,8 +205,22 @@ pub fn client_config(info: &ConnInfo) -> Result<Option<Arc<ClientConfig>>, TlsEr
         }
         (None, None) => builder.with_no_client_auth(),
     };
-    Ok(Some(Arc::new(config)))
+    Ok(Some(Arc::new(with_alpn(config, info.sslnegotiation))))
 }
+
+/// Direct TLS (`sslnegotiation=direct`, PostgreSQL 17+) must announce the ALPN
+/// protocol `postgresql`: the server refuses a direct handshake without it. With an
+/// SSLRequest first it is left out, so servers before 17 see the same handshake as
+/// always. See <https://www.postgresql.org/docs/current/protocol-flow.html#PROTOCOL-FLOW-SSL>.
+fn with_alpn(mut config: ClientConfig, negotiation: SslNegotiation) -> ClientConfig {
+    if negotiation == SslNegotiation::Direct {
+        config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
+    }
+    config
+}
+
+/// The ALPN protocol name PostgreSQL registered.
+const ALPN_POSTGRESQL: &[u8] = b"postgresql";
 
 /// Run the TLS handshake on an established TCP connection.
 pub async fn handshake<S>(

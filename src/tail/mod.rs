@@ -28,6 +28,7 @@ use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
 use crate::pg::replication::ReplicationClient;
 use crate::pg::source::SourceConfig;
+use crate::pg::sql_client;
 
 pub use format::TailEvent;
 
@@ -103,8 +104,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<u64, TailError> {
     let source = &cfg.source;
-    {
-        let client = catalog::connect(&source.conninfo).await?;
+    // With several hosts, the stream comes from the server the catalog checks saw.
+    let host = {
+        let (client, host) = sql_client::connect_on(&source.conninfo).await?;
         catalog::ensure_publication(&client, &source.publication, &source.tables).await?;
         if let Some(slot) = &cfg.slot {
             let info = catalog::slot_info(&client, slot)
@@ -112,8 +114,9 @@ pub async fn run(
                 .ok_or_else(|| CatalogError::MissingSlot { slot: slot.clone() })?;
             catalog::check_slot_kind(&info)?;
         }
-    }
-    let mut repl = ReplicationClient::connect(&source.conninfo).await?;
+        host
+    };
+    let mut repl = ReplicationClient::connect(&source.conninfo.for_host(&host)).await?;
     let (slot, start) = match &cfg.slot {
         Some(slot) => (slot.clone(), Lsn::INVALID),
         None => {

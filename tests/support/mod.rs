@@ -22,6 +22,8 @@
 pub mod kafka;
 pub mod proxy;
 pub mod sasl_gate;
+pub mod standby;
+pub use standby::pg_bindir;
 pub mod tls;
 pub mod verify;
 pub mod workload;
@@ -120,17 +122,7 @@ pub fn pg17_bindir() -> PathBuf {
         if major_version(&own) >= 17 {
             return own;
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install-postgres.sh");
-        let out = Command::new(script)
-            .arg("17")
-            .output()
-            .expect("scripts/install-postgres.sh");
-        assert!(
-            out.status.success(),
-            "scripts/install-postgres.sh 17 failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let dir = pg_bindir(17);
         assert!(
             major_version(&dir) >= 17,
             "{} is not PostgreSQL 17+",
@@ -168,7 +160,8 @@ pub struct ClusterOptions {
     pub files: Vec<(String, Vec<u8>)>,
     /// Replaces the default pg_hba.conf when set.
     pub hba: Option<String>,
-    /// Server binaries; default: PGOUTBOX_TEST_PG_BINDIR, else `pg_config --bindir`.
+    /// Server binaries; default: PGOUTBOX_TEST_PG_BINDIR, else `pg_config --bindir`
+    /// (another major: [`pg_bindir`]).
     pub bindir: Option<PathBuf>,
 }
 

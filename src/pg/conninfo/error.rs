@@ -10,8 +10,10 @@ use std::fmt;
 
 /// `KEYWORDS` as one line, for error messages.
 pub(super) const ACCEPTED: &str =
-    "host, port, user, password, passfile, dbname, sslmode, channel_binding, \
-     sslrootcert, sslcert, sslkey, application_name, options, connect_timeout";
+    "host, hostaddr, port, user, password, passfile, dbname, sslmode, channel_binding, \
+     sslnegotiation, sslrootcert, sslcert, sslkey, application_name, options, \
+     connect_timeout, target_session_attrs, load_balance_hosts, keepalives, \
+     keepalives_idle, keepalives_interval, keepalives_count";
 
 /// Where a rejected value came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +61,22 @@ pub enum ConnInfoError {
         /// What would have been accepted.
         expected: &'static str,
     },
+    /// The `hostaddr` list and the `host` list are both given with different lengths.
+    #[error("could not match {hosts} host names to {hostaddrs} hostaddr values; fix: give one hostaddr per host (an empty entry uses the host name), or leave one of the two lists out")]
+    HostaddrCountMismatch {
+        /// How many host names were given.
+        hosts: usize,
+        /// How many hostaddr values were given.
+        hostaddrs: usize,
+    },
+    /// `sslnegotiation=direct` with an `sslmode` that would allow plain text.
+    #[error("sslnegotiation=direct needs sslmode=require, verify-ca or verify-full, not {sslmode}: direct TLS has no plain-text fallback; fix: set sslmode=verify-full (or require), or drop sslnegotiation=direct")]
+    DirectNeedsTls {
+        /// The `sslmode` in effect.
+        sslmode: &'static str,
+    },
     /// The port list fits neither "one port for all hosts" nor "one port per host".
-    #[error("could not match {ports} port numbers to {hosts} hosts")]
+    #[error("could not match {ports} port numbers to {hosts} hosts; fix: give one port for all hosts, or one per host (an empty entry means 5432)")]
     PortCountMismatch {
         /// How many ports were given.
         ports: usize,
@@ -144,14 +160,16 @@ mod tests {
         );
         assert_eq!(
             err.to_string(),
-            "unknown connection parameter \"foo\" (accepted: host, port, user, password, \
-             passfile, dbname, sslmode, channel_binding, sslrootcert, sslcert, sslkey, application_name, \
-             options, connect_timeout)"
+            "unknown connection parameter \"foo\" (accepted: host, hostaddr, port, user, \
+             password, passfile, dbname, sslmode, channel_binding, sslnegotiation, sslrootcert, \
+             sslcert, sslkey, application_name, options, connect_timeout, target_session_attrs, \
+             load_balance_hosts, keepalives, keepalives_idle, keepalives_interval, \
+             keepalives_count)"
         );
         assert_eq!(
-            parse_err("postgres://h/db?hostaddr=1.2.3.4"),
+            parse_err("postgres://h/db?service=prod"),
             ConnInfoError::UnknownKeyword {
-                keyword: "hostaddr".into()
+                keyword: "service".into()
             }
         );
     }

@@ -136,7 +136,8 @@ mod tests {
         );
         assert_eq!(
             parse_err("host=a,b,c port=1,2").to_string(),
-            "could not match 2 port numbers to 3 hosts"
+            "could not match 2 port numbers to 3 hosts; fix: give one port for all hosts, or \
+             one per host (an empty entry means 5432)"
         );
     }
 }

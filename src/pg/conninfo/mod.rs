@@ -25,8 +25,12 @@
 //! * `percent.rs` — percent decoding (URL input) and encoding (redacted output);
 //! * `resolve.rs` — environment, defaults and validation, step by step;
 //! * `pgpass.rs` — the password file: where it is and which line applies;
-//! * `tls_settings.rs` — [`SslMode`] and [`ChannelBinding`], the one place their
-//!   libpq spellings are written;
+//! * `tls_settings.rs` — [`SslMode`], [`ChannelBinding`] and [`SslNegotiation`], the
+//!   one place their libpq spellings are written;
+//! * `host_choice.rs` — [`TargetSessionAttrs`] and [`LoadBalanceHosts`]: which of
+//!   several hosts is acceptable and in which order they are tried;
+//! * `keepalives.rs` — [`Keepalives`], the TCP keepalive settings;
+//! * `hosts.rs` — the host, hostaddr and port lists paired up;
 //! * `error.rs` — [`ConnInfoError`], [`Origin`] and the rule for what an error may quote;
 //! * `redact.rs` — [`ConnInfo::redacted`] and the `Display` impls;
 //! * `tokio_config.rs` — [`ConnInfo::to_tokio_postgres`].
@@ -34,6 +38,8 @@
 //! # Invariants
 //!
 //! * a parsed [`ConnInfo`] has at least one host, each with a resolved port;
+//! * every setting has the same meaning for the replication connection and the SQL
+//!   connection: both walk [`ConnInfo::hosts`] the same way (`pg::host_walk`);
 //! * the password lives only in a [`Secret`]: `Debug` shows `[redacted]`,
 //!   [`ConnInfo::redacted`] and `Display` leave it out, and no [`ConnInfoError`] ever
 //!   carries it, nor text that looks like a fragment of a mistyped password (see
@@ -42,6 +48,7 @@
 //!
 //! libpq behaviour that is deliberately not replicated is listed on [`ConnInfo::parse`].
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -49,6 +56,9 @@ use std::time::Duration;
 use crate::secret::Secret;
 
 mod error;
+mod host_choice;
+mod hosts;
+mod keepalives;
 mod keyword_value;
 mod percent;
 mod pgpass;
@@ -62,8 +72,10 @@ mod tokio_config;
 mod url;
 
 pub use error::{ConnInfoError, Origin};
+pub use host_choice::{LoadBalanceHosts, ServerState, TargetSessionAttrs};
+pub use keepalives::Keepalives;
 pub use percent::encode as percent_encode;
-pub use tls_settings::{ChannelBinding, SslMode};
+pub use tls_settings::{ChannelBinding, SslMode, SslNegotiation};
 
 /// The port used when neither the string nor `PGPORT` names one.
 pub const DEFAULT_PORT: u16 = 5432;
@@ -78,6 +90,7 @@ pub const DEFAULT_USER: &str = "postgres";
 /// The keywords accepted in a keyword/value string and as URL query parameters.
 pub const KEYWORDS: &[&str] = &[
     "host",
+    "hostaddr",
     "port",
     "user",
     "password",
@@ -85,12 +98,19 @@ pub const KEYWORDS: &[&str] = &[
     "dbname",
     "sslmode",
     "channel_binding",
+    "sslnegotiation",
     "sslrootcert",
     "sslcert",
     "sslkey",
     "application_name",
     "options",
     "connect_timeout",
+    "target_session_attrs",
+    "load_balance_hosts",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
 ];
 
 /// A fully resolved description of a PostgreSQL connection.
@@ -100,7 +120,9 @@ pub struct ConnInfo {
     pub hosts: Vec<HostAddr>,
     /// The role to log in as.
     pub user: String,
-    /// The password, from the string, `PGPASSWORD` or the password file.
+    /// The password given for every host: from the string, `PGPASSWORD` or
+    /// `--database-password-file`. When unset, each host may have its own from the
+    /// password file ([`HostAddr::passfile_password`]; see [`ConnInfo::password_for`]).
     pub password: Option<Secret>,
     /// The database to connect to.
     pub dbname: String,
@@ -118,17 +140,33 @@ pub struct ConnInfo {
     pub application_name: Option<String>,
     /// Server options sent at startup, e.g. `-c wal_sender_timeout=2s`.
     pub options: Option<String>,
-    /// Bound on each connection attempt; `None` waits forever.
+    /// Bound on each host's connection attempt (libpq applies it per host); `None`
+    /// waits forever.
     pub connect_timeout: Option<Duration>,
+    /// Which server of [`ConnInfo::hosts`] is acceptable.
+    pub target_session_attrs: TargetSessionAttrs,
+    /// In which order the hosts are tried.
+    pub load_balance_hosts: LoadBalanceHosts,
+    /// TCP keepalives of every TCP connection.
+    pub keepalives: Keepalives,
+    /// How TLS is started.
+    pub sslnegotiation: SslNegotiation,
 }
 
 /// One server to try: a host and the port to use with it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HostAddr {
-    /// Where the server is.
+    /// Where the server is: the name used for TLS verification and the password
+    /// file, and the address unless `hostaddr` is set.
     pub host: Host,
+    /// libpq `hostaddr`: the numeric address to connect to instead of resolving
+    /// `host` (no DNS lookup).
+    pub hostaddr: Option<IpAddr>,
     /// TCP port, or for a Unix socket the number in the socket file name.
     pub port: u16,
+    /// What the password file says for this host, port, database and user (looked up
+    /// only when no password was given otherwise).
+    pub passfile_password: Option<Secret>,
 }
 
 /// A TCP host name or address, or a Unix-socket directory.
@@ -144,42 +182,52 @@ pub enum Host {
 impl ConnInfo {
     /// Parse a URL (`postgres://` or `postgresql://`) or a keyword/value string
     /// (`host=… port=…`), filling unset fields from the process environment (PGHOST,
-    /// PGPORT, PGUSER, PGPASSWORD, PGPASSFILE, PGDATABASE, PGSSLMODE, PGCHANNELBINDING,
-    /// PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME, PGOPTIONS, PGCONNECT_TIMEOUT) and
+    /// PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGPASSFILE, PGDATABASE, PGSSLMODE,
+    /// PGCHANNELBINDING, PGSSLNEGOTIATION, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, PGAPPNAME,
+    /// PGOPTIONS, PGCONNECT_TIMEOUT, PGTARGETSESSIONATTRS, PGLOADBALANCEHOSTS) and
     /// then defaults.
     ///
     /// Precedence is string > environment > default. Defaults: host `localhost`, port
     /// 5432, user `PGUSER`, else `USER`, else `postgres`; dbname = user; sslmode
-    /// `prefer`; channel_binding `prefer`. An empty value (`host=''`, `postgres://:5432`, an empty variable) counts
-    /// as unset. When a keyword appears twice the later one wins; URL query parameters
-    /// override the parts before the `?`.
+    /// `prefer`; channel_binding `prefer`; target_session_attrs `any`;
+    /// load_balance_hosts `disable`; keepalives on with the system's timings. An empty
+    /// value (`host=''`, `postgres://:5432`, an empty variable) counts as unset. When a
+    /// keyword appears twice the later one wins; URL query parameters override the
+    /// parts before the `?`.
     ///
-    /// Lists: `host` and `port` take comma-separated lists (in a URL also
+    /// Lists: `host`, `hostaddr` and `port` take comma-separated lists (in a URL also
     /// `h1:5432,h2:5433`); one port applies to every host, otherwise there must be one
-    /// per host, and an empty entry means the default.
+    /// per host, and an empty entry means the default. `hostaddr` entries are numeric
+    /// addresses connected to instead of resolving the host name (which still serves
+    /// TLS verification and the password file). How the list is walked —
+    /// `target_session_attrs`, `load_balance_hosts`, `connect_timeout` per host — is
+    /// `pg::host_walk`.
     ///
     /// `connect_timeout` is whole seconds; 0 or negative means wait forever and 1 is
-    /// raised to 2, as libpq does.
+    /// raised to 2, as libpq does. `keepalives=0` turns TCP keepalives off;
+    /// `keepalives_idle`, `keepalives_interval` (seconds) and `keepalives_count` are
+    /// positive whole numbers. `sslnegotiation=direct` (PostgreSQL 17+: TLS at once,
+    /// ALPN `postgresql`, no SSLRequest) needs `sslmode` require, verify-ca or
+    /// verify-full, as in libpq.
     ///
     /// Password file: when neither the string nor `PGPASSWORD` gives a password, the
     /// file named by `passfile`, else `PGPASSFILE`, else `$HOME/.pgpass`
     /// (`%APPDATA%\postgresql\pgpass.conf` on Windows) is read. Lines are
     /// `hostname:port:database:username:password`, `*` matches any value in the first
     /// four fields, `\:` and `\\` escape, lines starting with `#` are comments, and the
-    /// first matching line wins. Hosts are tried in order and the first host with a match
-    /// supplies the one password used for all of them. A Unix socket in one of the usual
+    /// first matching line wins. Each host is looked up on its own
+    /// ([`ConnInfo::password_for`]), as libpq does. A Unix socket in one of the usual
     /// default directories matches `localhost`. A missing or unreadable file is ignored.
     /// Unlike libpq, the file's permissions are not checked: secrets mounted by container
     /// orchestrators are commonly group/world-readable (0644) and libpq would silently
     /// skip them.
     ///
-    /// Not replicated from libpq: other keywords (`hostaddr`, `service`,
-    /// `target_session_attrs`, `replication`, `sslpassword`, ...) and their variables are
-    /// rejected or ignored; a `dbname` that is itself a connection string is not
-    /// expanded; the default host is `localhost`, not a Unix socket; the URL form
-    /// `ssl=true` is not translated; abstract (`@`) Unix sockets are not recognised;
-    /// in a URL the user info ends at the last `@` before the first `/` or `?`
-    /// (libpq stops at the first `@`).
+    /// Not replicated from libpq: other keywords (`service`, `replication`,
+    /// `sslpassword`, `gssencmode`, ...) and their variables are rejected or ignored; a
+    /// `dbname` that is itself a connection string is not expanded; the default host is
+    /// `localhost`, not a Unix socket; the URL form `ssl=true` is not translated;
+    /// abstract (`@`) Unix sockets are not recognised; in a URL the user info ends at
+    /// the last `@` before the first `/` or `?` (libpq stops at the first `@`).
     pub fn parse(s: &str) -> Result<Self, ConnInfoError> {
         Self::parse_with_env(s, &|name| std::env::var(name).ok())
     }
@@ -208,6 +256,24 @@ impl FromStr for ConnInfo {
     /// [`ConnInfo::parse`], reading the process environment.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         ConnInfo::parse(s)
+    }
+}
+
+impl ConnInfo {
+    /// The password to send to `addr`: the one given for all hosts, else the password
+    /// file's line for this host (libpq looks the file up per host).
+    pub fn password_for<'a>(&'a self, addr: &'a HostAddr) -> Option<&'a Secret> {
+        self.password.as_ref().or(addr.passfile_password.as_ref())
+    }
+
+    /// The same settings for `addr` alone, with its password resolved: what one
+    /// attempt of a host walk connects with.
+    pub fn for_host(&self, addr: &HostAddr) -> ConnInfo {
+        ConnInfo {
+            hosts: vec![addr.clone()],
+            password: self.password_for(addr).cloned(),
+            ..self.clone()
+        }
     }
 }
 

@@ -6,8 +6,9 @@
 //! `hostname:port:database:username:password`; `*` matches anything in the first four
 //! fields, `\:` and `\\` escape, `#` starts a comment, the first matching line wins.
 //!
-//! Invariants: a missing or unreadable file means "no password", never an error; the
-//! first host (in order) with a matching line supplies the one password; a Unix socket
+//! Invariants: a missing or unreadable file means "no password", never an error; each
+//! host gets the password of its own first matching line (as libpq, which looks the
+//! file up for every host it tries); a Unix socket
 //! in one of the usual default directories matches `localhost`. Unlike libpq, the
 //! file's permissions are not checked (see [`ConnInfo::parse`](super::ConnInfo::parse)).
 
@@ -15,25 +16,31 @@ use std::path::{Path, PathBuf};
 
 use super::resolve::Env;
 use super::{Host, HostAddr, DEFAULT_HOST};
+use crate::secret::Secret;
 
 /// Unix socket directories treated as "the default one", so that they match a
 /// `localhost` entry in the password file as libpq's compiled-in directory does.
 const DEFAULT_SOCKET_DIRS: &[&str] = &["/tmp", "/var/run/postgresql", "/run/postgresql"];
 
-/// The password the password file gives for these hosts, database and user, if any.
-/// `passfile` is the keyword's value from the string.
-pub(super) fn password(
+/// Set each host's [`HostAddr::passfile_password`] from the password file, for this
+/// database and user. `passfile` is the keyword's value from the string.
+pub(super) fn fill(
     passfile: Option<String>,
     env: Env,
-    hosts: &[HostAddr],
+    hosts: &mut [HostAddr],
     dbname: &str,
     user: &str,
-) -> Option<String> {
-    passfile
+) {
+    let file = passfile
         .or_else(|| env.var("PGPASSFILE"))
         .map(PathBuf::from)
-        .or_else(|| default_passfile(env))
-        .and_then(|file| password_from_file(&file, hosts, dbname, user))
+        .or_else(|| default_passfile(env));
+    let Some(contents) = file.as_deref().and_then(read_passfile) else {
+        return;
+    };
+    for h in hosts {
+        h.passfile_password = password_for_host(&contents, h, dbname, user).map(Secret::from);
+    }
 }
 
 fn default_passfile(env: Env) -> Option<PathBuf> {
@@ -45,23 +52,24 @@ fn default_passfile(env: Env) -> Option<PathBuf> {
     }
 }
 
-/// The password for the first host that has a matching line, if any. Any failure to
-/// read the file means "no password from the file".
-fn password_from_file(file: &Path, hosts: &[HostAddr], dbname: &str, user: &str) -> Option<String> {
+/// The file's contents; any failure to read it means "no password from the file".
+fn read_passfile(file: &Path) -> Option<Vec<u8>> {
     if !std::fs::metadata(file).ok()?.is_file() {
         return None;
     }
-    let contents = std::fs::read(file).ok()?;
-    hosts.iter().find_map(|h| {
-        let host = match &h.host {
-            Host::Tcp(name) => name.clone(),
-            Host::Unix(dir) if DEFAULT_SOCKET_DIRS.iter().any(|d| dir == Path::new(d)) => {
-                DEFAULT_HOST.to_owned()
-            }
-            Host::Unix(dir) => dir.to_string_lossy().into_owned(),
-        };
-        pgpass_lookup(&contents, &host, &h.port.to_string(), dbname, user)
-    })
+    std::fs::read(file).ok()
+}
+
+/// The password of the first line matching this host, if any.
+fn password_for_host(contents: &[u8], h: &HostAddr, dbname: &str, user: &str) -> Option<String> {
+    let host = match &h.host {
+        Host::Tcp(name) => name.clone(),
+        Host::Unix(dir) if DEFAULT_SOCKET_DIRS.iter().any(|d| dir == Path::new(d)) => {
+            DEFAULT_HOST.to_owned()
+        }
+        Host::Unix(dir) => dir.to_string_lossy().into_owned(),
+    };
+    pgpass_lookup(contents, &host, &h.port.to_string(), dbname, user)
 }
 
 /// The password of the first line of a password file matching the four values.
@@ -158,15 +166,18 @@ mod tests {
                           \\*:*:*:*:literal-star\n\
                           *:*:*:*:fallback\n";
 
+    /// The password the first host would log in with.
+    fn pw_of(c: &ConnInfo) -> Option<String> {
+        c.password_for(&c.hosts[0]).map(|p| p.expose().to_owned())
+    }
+
     #[test]
     fn pgpass_lookup_with_wildcards_and_escapes() {
         let file = TempFile::new("pgpass-main", PGPASS);
         let env = env_of(&[("PGPASSFILE", file.path())]);
         let pw = |s: &str| {
-            ConnInfo::parse_with_env(s, &env)
-                .unwrap()
-                .password
-                .map(|p| p.expose().to_owned())
+            let c = ConnInfo::parse_with_env(s, &env).unwrap();
+            c.password_for(&c.hosts[0]).map(|p| p.expose().to_owned())
         };
         assert_eq!(
             pw("host=db port=5433 dbname=shop user=app").as_deref(),
@@ -178,11 +189,24 @@ mod tests {
         assert_eq!(pw("host=/srv/pg user=sock").as_deref(), Some("via-dir"));
         assert_eq!(pw("host=*").as_deref(), Some("literal-star"));
         assert_eq!(pw("host=elsewhere").as_deref(), Some("fallback"));
-        // The first host with a match supplies the password.
+        // Each host has its own line (libpq looks the file up per host).
         let hosts = TempFile::new("pgpass-hosts", "h2:*:*:*:second\nh3:*:*:*:third\n");
         let c = ConnInfo::parse_with_env("host=h1,h3,h2", &env_of(&[("PGPASSFILE", hosts.path())]))
             .unwrap();
-        assert_eq!(c.password.unwrap().expose(), "third");
+        let per_host: Vec<Option<&str>> = c
+            .hosts
+            .iter()
+            .map(|h| c.password_for(h).map(Secret::expose))
+            .collect();
+        assert_eq!(per_host, [None, Some("third"), Some("second")]);
+        assert_eq!(c.password, None);
+        assert_eq!(c.for_host(&c.hosts[2]).password.unwrap().expose(), "second");
+        // hostaddr without host: the address is the name looked up.
+        let addr = TempFile::new("pgpass-addr", "10.0.0.7:*:*:*:by-address\n");
+        let c =
+            ConnInfo::parse_with_env("hostaddr=10.0.0.7", &env_of(&[("PGPASSFILE", addr.path())]))
+                .unwrap();
+        assert_eq!(c.password_for(&c.hosts[0]).unwrap().expose(), "by-address");
         // A password given otherwise wins; the passfile keyword overrides PGPASSFILE.
         assert_eq!(pw("host=other password=given").as_deref(), Some("given"));
         let with_pgpassword = env_of(&[("PGPASSFILE", file.path()), ("PGPASSWORD", "envpw")]);
@@ -190,7 +214,7 @@ mod tests {
         assert_eq!(c.password.unwrap().expose(), "envpw");
         let other = TempFile::new("pgpass-other", "*:*:*:*:from-keyword\n");
         let c = ConnInfo::parse_with_env(&format!("passfile='{}'", other.path()), &env).unwrap();
-        assert_eq!(c.password.unwrap().expose(), "from-keyword");
+        assert_eq!(pw_of(&c).as_deref(), Some("from-keyword"));
     }
 
     #[test]
@@ -201,19 +225,16 @@ mod tests {
         std::fs::write(home.join(".pgpass"), "*:*:*:app:from-home\n").unwrap();
         let env = env_of(&[("HOME", home.to_str().unwrap())]);
         let c = ConnInfo::parse_with_env("user=app", &env).unwrap();
-        assert_eq!(
-            c.password.map(|p| p.expose().to_owned()).as_deref(),
-            Some("from-home")
-        );
+        assert_eq!(pw_of(&c).as_deref(), Some("from-home"));
         let c = ConnInfo::parse_with_env("user=other", &env).unwrap();
-        assert_eq!(c.password, None);
+        assert_eq!(pw_of(&c), None);
         std::fs::remove_dir_all(&home).unwrap();
         // Missing files and directories are ignored.
         let c = ConnInfo::parse_with_env("user=app", &env).unwrap();
-        assert_eq!(c.password, None);
+        assert_eq!(pw_of(&c), None);
         let dir = std::env::temp_dir();
         let env = env_of(&[("PGPASSFILE", dir.to_str().unwrap())]);
-        assert_eq!(ConnInfo::parse_with_env("", &env).unwrap().password, None);
+        assert_eq!(pw_of(&ConnInfo::parse_with_env("", &env).unwrap()), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 #[derive(Default)]
 pub(super) struct Raw {
     pub(super) host: Option<Vec<String>>,
+    pub(super) hostaddr: Option<Vec<String>>,
     pub(super) port: Option<Vec<String>>,
     pub(super) user: Option<String>,
     pub(super) password: Option<String>,
@@ -22,6 +23,13 @@ pub(super) struct Raw {
     pub(super) application_name: Option<String>,
     pub(super) options: Option<String>,
     pub(super) connect_timeout: Option<String>,
+    pub(super) target_session_attrs: Option<String>,
+    pub(super) load_balance_hosts: Option<String>,
+    pub(super) keepalives: Option<String>,
+    pub(super) keepalives_idle: Option<String>,
+    pub(super) keepalives_interval: Option<String>,
+    pub(super) keepalives_count: Option<String>,
+    pub(super) sslnegotiation: Option<String>,
 }
 
 impl Raw {
@@ -31,6 +39,10 @@ impl Raw {
         let slot = match key {
             "host" => {
                 self.host = value.map(|v| split_list(&v));
+                return true;
+            }
+            "hostaddr" => {
+                self.hostaddr = value.map(|v| split_list(&v));
                 return true;
             }
             "port" => {
@@ -49,6 +61,13 @@ impl Raw {
             "application_name" => &mut self.application_name,
             "options" => &mut self.options,
             "connect_timeout" => &mut self.connect_timeout,
+            "target_session_attrs" => &mut self.target_session_attrs,
+            "load_balance_hosts" => &mut self.load_balance_hosts,
+            "keepalives" => &mut self.keepalives,
+            "keepalives_idle" => &mut self.keepalives_idle,
+            "keepalives_interval" => &mut self.keepalives_interval,
+            "keepalives_count" => &mut self.keepalives_count,
+            "sslnegotiation" => &mut self.sslnegotiation,
             _ => return false,
         };
         *slot = value;

@@ -9,7 +9,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::percent::{encode, QUERY_KEEP, QUERY_KEEP_IN_LIST};
-use super::{ChannelBinding, ConnInfo, Host, HostAddr};
+use super::{
+    ChannelBinding, ConnInfo, Host, HostAddr, LoadBalanceHosts, SslNegotiation, TargetSessionAttrs,
+};
 
 impl ConnInfo {
     /// The connection described for humans and logs: URL form without the password, e.g.
@@ -27,6 +29,14 @@ impl ConnInfo {
         } else {
             query.extend(hosts_as_query(&self.hosts));
         }
+        if self.hosts.iter().any(|h| h.hostaddr.is_some()) {
+            let addrs: Vec<String> = self
+                .hosts
+                .iter()
+                .map(|h| h.hostaddr.map(|a| a.to_string()).unwrap_or_default())
+                .collect();
+            query.push(("hostaddr", encode(&addrs.join(","), QUERY_KEEP)));
+        }
         out.push('/');
         out.push_str(&encode(&self.dbname, b""));
         query.extend(self.settings_as_query());
@@ -40,12 +50,25 @@ impl ConnInfo {
     }
 
     /// The query parameters after the hosts and database: `sslmode` always,
-    /// `channel_binding` when not the default, then every other setting that is set.
+    /// `channel_binding`, `sslnegotiation`, `target_session_attrs` and
+    /// `load_balance_hosts` when not the default, then every other setting that is set.
     fn settings_as_query(&self) -> Vec<(&'static str, String)> {
         let mut query = vec![("sslmode", self.sslmode.as_str().to_owned())];
         if self.channel_binding != ChannelBinding::default() {
             query.push(("channel_binding", self.channel_binding.as_str().to_owned()));
         }
+        if self.sslnegotiation != SslNegotiation::default() {
+            query.push(("sslnegotiation", self.sslnegotiation.as_str().to_owned()));
+        }
+        if self.target_session_attrs != TargetSessionAttrs::default() {
+            let attrs = self.target_session_attrs.as_str().to_owned();
+            query.push(("target_session_attrs", attrs));
+        }
+        if self.load_balance_hosts != LoadBalanceHosts::default() {
+            let order = self.load_balance_hosts.as_str().to_owned();
+            query.push(("load_balance_hosts", order));
+        }
+        query.extend(self.keepalives_as_query());
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.to_string_lossy().into_owned());
         let optional = [
             ("sslrootcert", path(&self.sslrootcert)),
@@ -64,6 +87,24 @@ impl ConnInfo {
             }
         }
         query
+    }
+}
+
+impl ConnInfo {
+    /// `keepalives=0` when off, and each keepalive setting that is set.
+    fn keepalives_as_query(&self) -> Vec<(&'static str, String)> {
+        let k = &self.keepalives;
+        let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs().to_string());
+        let settings = [
+            ("keepalives", (!k.enabled).then(|| "0".to_owned())),
+            ("keepalives_idle", secs(k.idle)),
+            ("keepalives_interval", secs(k.interval)),
+            ("keepalives_count", k.count.map(|n| n.to_string())),
+        ];
+        settings
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect()
     }
 }
 
@@ -106,8 +147,19 @@ impl fmt::Display for ConnInfo {
 }
 
 impl fmt::Display for HostAddr {
-    /// `db:5432`, `[::1]:5432`, or for a Unix socket the socket file path.
+    /// `db:5432`, `[::1]:5432`, or for a Unix socket the socket file path; with a
+    /// `hostaddr` other than the name, `db:5432 (10.0.0.1)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_name(f)?;
+        match (&self.host, self.hostaddr) {
+            (Host::Tcp(name), Some(addr)) if *name != addr.to_string() => write!(f, " ({addr})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl HostAddr {
+    fn fmt_name(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.host {
             Host::Tcp(name) if name.contains(':') => write!(f, "[{name}]:{}", self.port),
             Host::Tcp(name) => write!(f, "{name}:{}", self.port),
@@ -148,6 +200,10 @@ mod tests {
             "postgres://us%3Aer:s3cret@[::1]:5433,h2/my%2Fdb%3F",
             "host=/tmp,db2 port=5432,6000 user=app password=s3cret dbname='a b'",
             "host=/var/run/postgresql password=s3cret sslkey='/k ey' sslcert=/c",
+            "postgres://a:1,b:2/d?target_session_attrs=read-write&load_balance_hosts=random\
+             &keepalives=0&keepalives_idle=9&keepalives_interval=3&keepalives_count=4",
+            "host=a,b hostaddr=10.0.0.1, port=1,2 target_session_attrs=prefer-standby",
+            "host=/tmp,b hostaddr=,::1 keepalives_idle=30",
         ];
         let env = env_of(&[("PGPASSWORD", "s3cret-env")]);
         for input in inputs {

@@ -7,25 +7,28 @@
 //! built-in default ────┘
 //! ```
 //!
-//! The steps, in order: user and database, hosts paired with ports, `sslmode`,
-//! `channel_binding`, `connect_timeout`, certificate paths and the plain strings, and
-//! last the password (string, `PGPASSWORD`, then [`super::pgpass`], which needs the
-//! hosts, database and user already resolved). Invariants: an empty variable counts as
+//! The steps, in order: user and database, hosts paired with addresses and ports
+//! ([`super::hosts`]), `sslmode`, `channel_binding`, `sslnegotiation`,
+//! `connect_timeout`, `target_session_attrs`, `load_balance_hosts`, `keepalives*`,
+//! certificate paths and the plain strings, and last the password (string,
+//! `PGPASSWORD`, else per host from [`super::pgpass`], which needs the hosts, database
+//! and user already resolved). Invariants: an empty variable counts as
 //! unset; every host has a port; a value that fails validation is reported with its
 //! [`Origin`], and the first failing step in that order is the one reported.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::hosts::hosts;
+use super::keepalives::Keepalives;
 use super::pgpass;
-use super::raw::{split_list, Raw};
+use super::raw::Raw;
 use super::{
-    ChannelBinding, ConnInfo, ConnInfoError, Host, HostAddr, Origin, SslMode, DEFAULT_HOST,
-    DEFAULT_PORT, DEFAULT_USER,
+    ChannelBinding, ConnInfo, ConnInfoError, LoadBalanceHosts, Origin, SslMode, SslNegotiation,
+    TargetSessionAttrs, DEFAULT_USER,
 };
 use crate::secret::Secret;
 
-const PORT_EXPECTED: &str = "an integer from 1 to 65535";
 const TIMEOUT_EXPECTED: &str = "an integer number of seconds (0 or less waits forever)";
 
 /// The environment as resolution sees it: a variable set to the empty string is unset.
@@ -53,21 +56,53 @@ pub(super) fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ConnInfo, ConnInfoError> {
     let env = Env(env);
+    let keepalives = keepalives(&raw)?;
     let (user, dbname) = user_and_dbname(raw.user, raw.dbname, env);
-    let hosts = hosts(raw.host, raw.port, env)?;
-    let sslmode = sslmode(raw.sslmode, env)?;
-    let channel_binding = channel_binding(raw.channel_binding, env)?;
+    let mut hosts = hosts(raw.host, raw.hostaddr, raw.port, env)?;
+    let sslmode = choice(
+        raw.sslmode,
+        env,
+        "PGSSLMODE",
+        "sslmode",
+        SslMode::EXPECTED,
+        SslMode::from_libpq,
+    )?;
+    let channel_binding = choice(
+        raw.channel_binding,
+        env,
+        "PGCHANNELBINDING",
+        "channel_binding",
+        ChannelBinding::EXPECTED,
+        ChannelBinding::from_libpq,
+    )?;
+    let sslnegotiation = sslnegotiation(raw.sslnegotiation, env, sslmode)?;
     let connect_timeout = connect_timeout(raw.connect_timeout, env)?;
+    let target_session_attrs = choice(
+        raw.target_session_attrs,
+        env,
+        "PGTARGETSESSIONATTRS",
+        "target_session_attrs",
+        TargetSessionAttrs::EXPECTED,
+        TargetSessionAttrs::from_libpq,
+    )?;
+    let load_balance_hosts = choice(
+        raw.load_balance_hosts,
+        env,
+        "PGLOADBALANCEHOSTS",
+        "load_balance_hosts",
+        LoadBalanceHosts::EXPECTED,
+        LoadBalanceHosts::from_libpq,
+    )?;
     let path = |value, name| env.pick(value, name).map(|(v, _)| PathBuf::from(v));
     let sslrootcert = path(raw.sslrootcert, "PGSSLROOTCERT");
     let sslcert = path(raw.sslcert, "PGSSLCERT");
     let sslkey = path(raw.sslkey, "PGSSLKEY");
     let application_name = raw.application_name.or_else(|| env.var("PGAPPNAME"));
     let options = raw.options.or_else(|| env.var("PGOPTIONS"));
-    let password = match raw.password.or_else(|| env.var("PGPASSWORD")) {
-        Some(p) => Some(p),
-        None => pgpass::password(raw.passfile, env, &hosts, &dbname, &user),
-    };
+    let password = raw.password.or_else(|| env.var("PGPASSWORD"));
+    if password.is_none() {
+        pgpass::fill(raw.passfile, env, &mut hosts, &dbname, &user);
+    }
     Ok(ConnInfo {
         hosts,
         user,
@@ -81,6 +116,10 @@ pub(super) fn resolve(
         application_name,
         options,
         connect_timeout,
+        target_session_attrs,
+        load_balance_hosts,
+        keepalives,
+        sslnegotiation,
     })
 }
 
@@ -97,84 +136,73 @@ fn user_and_dbname(user: Option<String>, dbname: Option<String>, env: Env) -> (S
     (user, dbname)
 }
 
-/// The hosts (string, else `PGHOST`, else [`DEFAULT_HOST`]) each paired with its port:
-/// no port means the default for all, one port applies to every host, otherwise there
-/// must be exactly one per host.
-fn hosts(
-    host: Option<Vec<String>>,
-    port: Option<Vec<String>>,
+/// One of libpq's named settings (`sslmode`, `target_session_attrs`, …): from the
+/// string, else the variable `var`, else `T`'s default; a value that is none of `T`'s
+/// spellings is an error naming `key`, the value, where it came from and `expected`.
+fn choice<T: Default>(
+    value: Option<String>,
     env: Env,
-) -> Result<Vec<HostAddr>, ConnInfoError> {
-    let mut names = match host {
-        Some(hosts) => hosts,
-        None => env
-            .var("PGHOST")
-            .map(|v| split_list(&v))
-            .unwrap_or_default(),
-    };
-    if names.is_empty() {
-        names.push(String::new());
-    }
-    let ports = ports(port, env)?;
-    if ports.len() > 1 && ports.len() != names.len() {
-        return Err(ConnInfoError::PortCountMismatch {
-            ports: ports.len(),
-            hosts: names.len(),
+    var: &'static str,
+    key: &'static str,
+    expected: &'static str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, ConnInfoError> {
+    Ok(checked(env.pick(value, var), key, expected, parse)?.unwrap_or_default())
+}
+
+/// `sslnegotiation` from the string, else `PGSSLNEGOTIATION`, else `postgres`.
+/// `direct` has no plain-text fallback, so (as libpq) it needs an `sslmode` that
+/// insists on TLS.
+fn sslnegotiation(
+    value: Option<String>,
+    env: Env,
+    sslmode: SslMode,
+) -> Result<SslNegotiation, ConnInfoError> {
+    let negotiation = choice(
+        value,
+        env,
+        "PGSSLNEGOTIATION",
+        "sslnegotiation",
+        SslNegotiation::EXPECTED,
+        SslNegotiation::from_libpq,
+    )?;
+    let weak = matches!(sslmode, SslMode::Disable | SslMode::Allow | SslMode::Prefer);
+    if negotiation == SslNegotiation::Direct && weak {
+        return Err(ConnInfoError::DirectNeedsTls {
+            sslmode: sslmode.as_str(),
         });
     }
-    let port_for = |i: usize| match ports.len() {
-        0 => DEFAULT_PORT,
-        1 => ports[0],
-        _ => ports[i],
-    };
-    let addr = |(i, name): (usize, &String)| HostAddr {
-        host: host_from_text(name),
-        port: port_for(i),
-    };
-    Ok(names.iter().enumerate().map(addr).collect())
+    Ok(negotiation)
 }
 
-/// The port list from the string, else `PGPORT`; an empty entry is [`DEFAULT_PORT`].
-fn ports(port: Option<Vec<String>>, env: Env) -> Result<Vec<u16>, ConnInfoError> {
-    let (texts, origin) = match port {
-        Some(ports) => (ports, Origin::ConnString),
-        None => match env.var("PGPORT") {
-            Some(v) => (split_list(&v), Origin::Env("PGPORT")),
-            None => (Vec::new(), Origin::ConnString),
-        },
+/// The four `keepalives*` keywords (libpq has no environment variables for them).
+fn keepalives(raw: &Raw) -> Result<Keepalives, ConnInfoError> {
+    let from_string = |value: &Option<String>| value.clone().map(|v| (v, Origin::ConnString));
+    let number = |value: &Option<String>, key| {
+        checked(
+            from_string(value),
+            key,
+            Keepalives::NUMBER_EXPECTED,
+            Keepalives::parse_number,
+        )
     };
-    let port = |text: String| {
-        if text.is_empty() {
-            return Ok(DEFAULT_PORT);
-        }
-        parse_port_number(&text).ok_or(ConnInfoError::InvalidValue {
-            key: "port",
-            value: text,
-            origin,
-            expected: PORT_EXPECTED,
-        })
-    };
-    texts.into_iter().map(port).collect()
-}
-
-/// `sslmode` from the string, else `PGSSLMODE`, else `prefer`.
-fn sslmode(value: Option<String>, env: Env) -> Result<SslMode, ConnInfoError> {
-    let picked = env.pick(value, "PGSSLMODE");
-    let mode = checked(picked, "sslmode", SslMode::EXPECTED, SslMode::from_libpq)?;
-    Ok(mode.unwrap_or_default())
-}
-
-/// `channel_binding` from the string, else `PGCHANNELBINDING`, else `prefer`.
-fn channel_binding(value: Option<String>, env: Env) -> Result<ChannelBinding, ConnInfoError> {
-    let picked = env.pick(value, "PGCHANNELBINDING");
-    let expected = ChannelBinding::EXPECTED;
-    let binding = checked(
-        picked,
-        "channel_binding",
-        expected,
-        ChannelBinding::from_libpq,
+    let seconds = |value, key| Ok::<_, ConnInfoError>(number(value, key)?.map(secs));
+    let enabled = checked(
+        from_string(&raw.keepalives),
+        "keepalives",
+        Keepalives::ENABLED_EXPECTED,
+        Keepalives::parse_enabled,
     )?;
-    Ok(binding.unwrap_or_default())
+    Ok(Keepalives {
+        enabled: enabled.unwrap_or(true),
+        idle: seconds(&raw.keepalives_idle, "keepalives_idle")?,
+        interval: seconds(&raw.keepalives_interval, "keepalives_interval")?,
+        count: number(&raw.keepalives_count, "keepalives_count")?,
+    })
+}
+
+fn secs(n: u32) -> Duration {
+    Duration::from_secs(u64::from(n))
 }
 
 /// `connect_timeout` from the string, else `PGCONNECT_TIMEOUT`, else none.
@@ -209,20 +237,6 @@ fn checked<T>(
             expected,
         }),
     }
-}
-
-fn host_from_text(name: &str) -> Host {
-    if name.is_empty() {
-        Host::Tcp(DEFAULT_HOST.to_owned())
-    } else if name.starts_with('/') {
-        Host::Unix(PathBuf::from(name))
-    } else {
-        Host::Tcp(name.to_owned())
-    }
-}
-
-pub(super) fn parse_port_number(text: &str) -> Option<u16> {
-    text.trim().parse::<u16>().ok().filter(|p| *p != 0)
 }
 
 /// libpq semantics: whole seconds, `<= 0` means no timeout, 1 is raised to 2.

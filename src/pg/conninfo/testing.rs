@@ -28,13 +28,17 @@ pub(super) fn parse_err(s: &str) -> ConnInfoError {
 pub(super) fn tcp(name: &str, port: u16) -> HostAddr {
     HostAddr {
         host: Host::Tcp(name.to_owned()),
+        hostaddr: None,
         port,
+        passfile_password: None,
     }
 }
 
 pub(super) fn unix(dir: &str, port: u16) -> HostAddr {
     HostAddr {
         host: Host::Unix(PathBuf::from(dir)),
+        hostaddr: None,
         port,
+        passfile_password: None,
     }
 }

@@ -1,5 +1,6 @@
-//! [`SslMode`] and [`ChannelBinding`]: libpq's `sslmode` and `channel_binding`, and
-//! the one place their libpq spellings are written.
+//! [`SslMode`], [`ChannelBinding`] and [`SslNegotiation`]: libpq's `sslmode`,
+//! `channel_binding` and `sslnegotiation`, and the one place their libpq spellings are
+//! written.
 //!
 //! Invariant: [`SslMode::as_str`] / [`ChannelBinding::as_str`] and `from_libpq` are
 //! inverse, and each `EXPECTED` sentence lists exactly the spellings `from_libpq`
@@ -40,6 +41,39 @@ pub enum ChannelBinding {
     /// connection without TLS, or with any other authentication method, the
     /// connection fails before a password is sent.
     Require,
+}
+
+/// libpq's `sslnegotiation` (PostgreSQL 17+): how TLS is started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SslNegotiation {
+    /// Ask with an `SSLRequest` first, then start TLS if the server agrees (the
+    /// default; every server version).
+    #[default]
+    Postgres,
+    /// Start TLS at once, with ALPN `postgresql` (servers 17 and later).
+    Direct,
+}
+
+impl SslNegotiation {
+    /// What an `sslnegotiation` value may be, for error messages.
+    pub(crate) const EXPECTED: &'static str = "one of postgres, direct";
+
+    /// The libpq spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslNegotiation::Postgres => "postgres",
+            SslNegotiation::Direct => "direct",
+        }
+    }
+
+    /// The setting for a libpq spelling (case-sensitive, as in libpq).
+    pub fn from_libpq(s: &str) -> Option<Self> {
+        Some(match s {
+            "postgres" => SslNegotiation::Postgres,
+            "direct" => SslNegotiation::Direct,
+            _ => return None,
+        })
+    }
 }
 
 impl SslMode {
@@ -180,6 +214,58 @@ mod tests {
             tp.get_channel_binding(),
             tokio_postgres::config::ChannelBinding::Require
         );
+    }
+
+    #[test]
+    fn sslnegotiation_parses_like_libpq() {
+        assert_eq!(parse("").sslnegotiation, SslNegotiation::Postgres);
+        let c = parse("postgres://h/d?sslnegotiation=postgres&sslmode=require");
+        assert_eq!(c.sslnegotiation, SslNegotiation::Postgres);
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let c = parse(&format!(
+                "sslnegotiation=direct sslmode={mode} sslrootcert=/ca"
+            ));
+            assert_eq!(c.sslnegotiation, SslNegotiation::Direct);
+            // Shown (and round-tripped) only when not the default.
+            assert!(
+                c.redacted().contains("sslnegotiation=direct"),
+                "{}",
+                c.redacted()
+            );
+            assert_eq!(parse(&c.redacted()), c);
+            assert_eq!(
+                c.to_tokio_postgres().get_ssl_negotiation(),
+                tokio_postgres::config::SslNegotiation::Direct
+            );
+        }
+        assert!(!parse("sslmode=require")
+            .redacted()
+            .contains("sslnegotiation"));
+        assert_eq!(
+            parse_err("sslnegotiation=direct").to_string(),
+            "sslnegotiation=direct needs sslmode=require, verify-ca or verify-full, not \
+             prefer: direct TLS has no plain-text fallback; fix: set sslmode=verify-full (or \
+             require), or drop sslnegotiation=direct"
+        );
+        for weak in ["disable", "allow", "prefer"] {
+            assert_eq!(
+                parse_err(&format!("sslnegotiation=direct sslmode={weak}")),
+                ConnInfoError::DirectNeedsTls {
+                    sslmode: SslMode::from_libpq(weak).unwrap().as_str()
+                }
+            );
+        }
+        let env = env_of(&[("PGSSLNEGOTIATION", "direct"), ("PGSSLMODE", "require")]);
+        let c = ConnInfo::parse_with_env("", &env).unwrap();
+        assert_eq!(c.sslnegotiation, SslNegotiation::Direct);
+        assert_eq!(
+            parse_err("sslnegotiation=tls").to_string(),
+            "invalid sslnegotiation \"tls\" from the connection string: expected one of \
+             postgres, direct"
+        );
+        for n in [SslNegotiation::Postgres, SslNegotiation::Direct] {
+            assert_eq!(SslNegotiation::from_libpq(n.as_str()), Some(n));
+        }
     }
 
     #[test]

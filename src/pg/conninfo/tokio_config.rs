@@ -3,19 +3,31 @@
 //!
 //! Invariant: every field with a `tokio_postgres` counterpart is carried over; TLS
 //! certificate checks and paths are not, as our own rustls connector (`pg::tls`)
-//! enforces them from the [`ConnInfo`] itself.
+//! enforces them from the [`ConnInfo`] itself; nor are `target_session_attrs` and
+//! `load_balance_hosts`: tokio-postgres knows only two of the six session kinds, so
+//! the SQL connection walks the hosts with the replication connection's own code
+//! (`pg::host_walk`), one single-host config ([`ConnInfo::for_host`]) per attempt.
 
-use tokio_postgres::config::{ChannelBinding as TpChannelBinding, SslMode as TpSslMode};
+use tokio_postgres::config::{
+    ChannelBinding as TpChannelBinding, SslMode as TpSslMode, SslNegotiation as TpSslNegotiation,
+};
 
-use super::{ChannelBinding, ConnInfo, Host, SslMode};
+use super::{ChannelBinding, ConnInfo, Host, SslMode, SslNegotiation};
 
 impl ConnInfo {
     /// An equivalent `tokio_postgres::Config`: every host (Unix sockets via
-    /// `host_path`) with its own port, user, password, dbname, application_name,
-    /// options, connect_timeout and channel_binding. `ssl_mode` maps Disable→Disable,
-    /// Allow/Prefer→Prefer, Require/VerifyCa/VerifyFull→Require; certificate
+    /// `host_path`) with its own port (and `hostaddr` when every host has one), user,
+    /// password, dbname, application_name, options, connect_timeout, keepalives,
+    /// sslnegotiation and channel_binding. `ssl_mode` maps Disable→Disable, Allow/Prefer→Prefer,
+    /// Require/VerifyCa/VerifyFull→Require; certificate checks are ours. The password
+    /// is the one given for all hosts; for a single host with its own password from
+    /// the password file, use [`ConnInfo::for_host`] first.
     pub fn to_tokio_postgres(&self) -> tokio_postgres::Config {
         let mut config = tokio_postgres::Config::new();
+        let addrs: Option<Vec<_>> = self.hosts.iter().map(|h| h.hostaddr).collect();
+        for addr in addrs.into_iter().flatten() {
+            config.hostaddr(addr);
+        }
         for h in &self.hosts {
             match &h.host {
                 Host::Tcp(name) => {
@@ -46,7 +58,21 @@ impl ConnInfo {
         if let Some(timeout) = self.connect_timeout {
             config.connect_timeout(timeout);
         }
+        config.keepalives(self.keepalives.enabled);
+        if let Some(idle) = self.keepalives.idle {
+            config.keepalives_idle(idle);
+        }
+        if let Some(interval) = self.keepalives.interval {
+            config.keepalives_interval(interval);
+        }
+        if let Some(count) = self.keepalives.count {
+            config.keepalives_retries(count);
+        }
         config.ssl_mode(tp_ssl_mode(self.sslmode));
+        config.ssl_negotiation(match self.sslnegotiation {
+            SslNegotiation::Postgres => TpSslNegotiation::Postgres,
+            SslNegotiation::Direct => TpSslNegotiation::Direct,
+        });
         config.channel_binding(tp_channel_binding(self.channel_binding));
         config
     }
@@ -102,6 +128,28 @@ mod tests {
         assert_eq!(tp.get_options(), Some("-c wal_sender_timeout=2s"));
         assert_eq!(tp.get_connect_timeout(), Some(&Duration::from_secs(9)));
         assert_eq!(tp.get_ssl_mode(), Tp::Require);
+
+        let c = parse(
+            "host=a,b hostaddr=10.0.0.1,10.0.0.2 keepalives=0 keepalives_idle=7 \
+             keepalives_interval=3 keepalives_count=2",
+        );
+        let tp = c.to_tokio_postgres();
+        assert_eq!(
+            tp.get_hostaddrs(),
+            &[
+                "10.0.0.1".parse::<std::net::IpAddr>().unwrap(),
+                "10.0.0.2".parse().unwrap()
+            ]
+        );
+        assert!(!tp.get_keepalives());
+        assert_eq!(tp.get_keepalives_idle(), Duration::from_secs(7));
+        assert_eq!(tp.get_keepalives_interval(), Some(Duration::from_secs(3)));
+        assert_eq!(tp.get_keepalives_retries(), Some(2));
+        // A mixed list cannot be expressed: no hostaddr, names resolved instead.
+        assert!(parse("host=a,b hostaddr=10.0.0.1,")
+            .to_tokio_postgres()
+            .get_hostaddrs()
+            .is_empty());
 
         let minimal = parse("").to_tokio_postgres();
         assert_eq!(minimal.get_password(), None);

@@ -12,9 +12,9 @@
 //! ([`ConnInfoError::MalformedUrl`]).
 
 use super::error::{missing_equals, unknown_keyword, word_error};
+use super::hosts::parse_port_number;
 use super::percent::percent_decode;
 use super::raw::Raw;
-use super::resolve::parse_port_number;
 use super::ConnInfoError;
 
 /// The part after `postgres://` or `postgresql://` (scheme matched case-insensitively).
