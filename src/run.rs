@@ -325,6 +325,7 @@ async fn session(
         .and_then(|i| i.confirmed_flush_lsn)
         .unwrap_or(Lsn::INVALID);
     let checkpoint = guard.after_start(&identity, start)?;
+    let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
     drop(catalog_client);
     let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
     tracing::info!(
@@ -336,7 +337,7 @@ async fn session(
         "relaying outbox to kafka"
     );
     Session::new(
-        &cfg.pipeline,
+        &pipeline,
         sink,
         stream,
         generation,
@@ -349,6 +350,22 @@ async fn session(
         PipelineError::Pg(pg) => explain(guard, pg),
         other => other.into(),
     })
+}
+
+/// The pipeline settings with each table's `NOT NULL` columns, when a converter
+/// writes Connect schemas (whose `optional` flag says it). Read once per session: a
+/// column made `NOT NULL` later shows in the schemas after the next reconnect.
+async fn with_not_null(
+    pipeline: &PipelineConfig,
+    client: &tokio_postgres::Client,
+) -> Result<PipelineConfig, RunError> {
+    let mut pipeline = pipeline.clone();
+    if pipeline.format.writes_schemas() {
+        for spec in &mut pipeline.tables {
+            spec.mapping.not_null = catalog::not_null_columns(client, &spec.table).await?;
+        }
+    }
+    Ok(pipeline)
 }
 
 /// A server error as a slot-safety finding when it is one (a lost slot, a missing

@@ -8,7 +8,10 @@
 //! - [`invalid`]: poison rows — causes, checks, the `--on-invalid` policy, dead
 //!   letters, and the error that stops the relay on one.
 //! - [`json`]: the JSON syntax check for payloads in `text` columns.
+//! - [`connect`]: Kafka Connect record format — placed columns, converters,
+//!   payload expansion — byte-identical to a Debezium connector.
 
+pub mod connect;
 pub mod event;
 pub mod invalid;
 pub mod json;

@@ -6,6 +6,10 @@
 //! when the column is absent, NULL or unparseable). Invariant: building a record
 //! never fails and never copies a value — the bytes are slices of the WAL message;
 //! the legality of the topic name is checked separately ([`routing::is_valid_topic`]).
+//! Placed headers and Kafka Connect converters are applied afterwards, by
+//! [`crate::outbox::connect::RecordFormat`].
+
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
@@ -24,12 +28,24 @@ pub struct KafkaRecord {
     pub value: Option<Bytes>,
     /// Header `id`: the event id.
     pub id: Option<Bytes>,
-    /// Header `event_type`.
+    /// The event type (the default placement sends it as header `event_type`).
     pub event_type: Option<Bytes>,
+    /// Headers after `id`, from the placed columns: name and value (`None`: a
+    /// header with a null value, as Debezium sends a NULL column).
+    pub placed: Vec<(Arc<str>, Option<Bytes>)>,
     /// Record timestamp, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// Further headers (dead-letter records only; empty otherwise, so no allocation).
     pub headers: Vec<(&'static str, Bytes)>,
+}
+
+/// The default placement's header name, shared by every record.
+pub static EVENT_TYPE_HEADER: LazyLock<Arc<str>> =
+    LazyLock::new(|| Arc::from(crate::outbox::event::EVENT_TYPE_HEADER));
+
+/// The default placed headers: `event_type` with the event type.
+pub fn default_placed(event_type: Option<Bytes>) -> Vec<(Arc<str>, Option<Bytes>)> {
+    vec![(EVENT_TYPE_HEADER.clone(), event_type)]
 }
 
 impl KafkaRecord {
@@ -52,6 +68,7 @@ impl KafkaRecord {
             value: event.payload.clone(),
             id: event.id.clone(),
             event_type: event.event_type.clone(),
+            placed: default_placed(event.event_type.clone()),
             timestamp_ms,
             headers: Vec::new(),
         }
@@ -97,6 +114,7 @@ mod tests {
             event_type: b("Created"),
             payload: b("{\"a\": 1}"),
             timestamp: b("2026-11-29 13:28:54.980104+00"),
+            placed: Vec::new(),
         };
         let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 0);
         assert_eq!(r.topic, "outbox.event.order");
@@ -116,6 +134,7 @@ mod tests {
             event_type: None,
             payload: None,
             timestamp: b("not a time"),
+            placed: Vec::new(),
         };
         let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), 1_000_000);
         assert_eq!(r.timestamp_ms, 946_684_801_000);

@@ -158,6 +158,7 @@ mod tests {
             event_type: b("created"),
             payload: b(payload),
             timestamp: None,
+            placed: Vec::new(),
         }
     }
 

@@ -261,9 +261,14 @@ impl<'a> Relay<'a> {
             RelationRoute::Ignore => return Ok(()),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
-                let record = KafkaRecord::from_event(&event, template, commit_time);
+                let mut record = KafkaRecord::from_event(&event, template, commit_time);
+                record.placed = mapping.headers(&event);
                 match invalid::check(&record, mapping.payload_unchecked()) {
-                    None => return self.send(sink, record, no, Origin::default()),
+                    None => {
+                        // Converters run after the checks, which read the raw text.
+                        self.cfg.format.encode(&mut record, &event, mapping);
+                        return self.send(sink, record, no, Origin::default());
+                    }
                     Some(invalid) => (record, invalid, table),
                 }
             }
