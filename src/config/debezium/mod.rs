@@ -10,6 +10,7 @@
 //!           connector class, transforms, plugin, database, slot, tables      source
 //!           Outbox Event Router options                                      router
 //!           converters, producer.override.*                                  converters
+//!           what Debezium adds that pgoutbox does not (context headers, …)   differences
 //!           every key no step read                                           leftovers
 //!      ─► TOML text (header listing what behaves differently, then settings) output
 //! ```
@@ -34,6 +35,7 @@
 //! so any "translated" file would route every event somewhere else.
 
 mod converters;
+mod differences;
 mod input;
 mod leftovers;
 mod output;
@@ -44,7 +46,8 @@ use std::fmt::{self, Write as _};
 
 use serde_json::Value;
 
-use self::converters::{converters, producer_overrides};
+use self::converters::{converters, producer_overrides, Converters};
+use self::differences::{debezium_only_output, logical_name};
 use self::input::{connector_object, Config, Notes};
 use self::leftovers::leftovers;
 use self::output::render;
@@ -255,7 +258,9 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
     let (slot, publication) = slot_and_publication(&mut cfg, &mut notes, other_plugin.as_deref());
     let tables = tables(&mut cfg, &mut notes);
     let routing = routing(&mut cfg, &mut notes, &router);
-    converters(&mut cfg, &mut notes, routing.expand_json);
+    let converters = converters(&mut cfg, &mut notes, routing.expand_json);
+    let logical_name = logical_name(&mut cfg, &mut notes);
+    debezium_only_output(&mut cfg, &mut notes);
     let kafka_options = producer_overrides(&mut cfg, &mut notes);
     leftovers(&mut cfg, &mut notes, &router);
 
@@ -268,6 +273,8 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
         tables,
         kafka_options,
         routing,
+        converters,
+        logical_name,
     };
     let toml = render(&settings, &notes.0);
     Ok(Imported {
@@ -286,6 +293,8 @@ struct Settings {
     tables: Entry<Vec<String>>,
     kafka_options: Vec<String>,
     routing: Routing,
+    converters: Converters,
+    logical_name: String,
 }
 
 /// One TOML value and the comment written after it.
