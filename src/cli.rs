@@ -47,6 +47,8 @@ pub enum LogFormat {
 }
 
 /// Subcommands.
+// Parsed once per process: the size of `Run` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Relay outbox rows to Kafka; confirm the slot only after Kafka acked.

@@ -14,6 +14,7 @@ mod auth;
 mod capture_seeds;
 mod cli;
 mod config;
+mod debezium;
 mod faults;
 mod keepalive;
 mod mock_kafka;

@@ -309,7 +309,7 @@ impl KafkaSink {
         });
         for (key, value) in &record.placed {
             headers = headers.insert(Header {
-                key: &**key,
+                key,
                 value: value.as_deref(),
             });
         }

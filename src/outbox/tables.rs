@@ -30,7 +30,7 @@ pub enum RelationRoute {
     /// Not an outbox table.
     Ignore,
     /// An outbox table, its resolved column mapping and its topic template.
-    Outbox(TableName, ResolvedMapping, TopicTemplate),
+    Outbox(TableName, Box<ResolvedMapping>, TopicTemplate),
     /// An outbox table that lacks a mapped column (renamed or dropped): its rows
     /// are poison (`missing-column`).
     Unmapped(Box<Unmapped>),
@@ -77,7 +77,7 @@ impl OutboxTables {
         let (route, result) = match self.specs.iter().find(|s| s.table == table) {
             Some(spec) => match spec.mapping.resolve(relation) {
                 Ok(mapping) => (
-                    RelationRoute::Outbox(table, mapping, spec.template.clone()),
+                    RelationRoute::Outbox(table, Box::new(mapping), spec.template.clone()),
                     Ok(()),
                 ),
                 Err(missing) => {

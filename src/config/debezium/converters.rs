@@ -46,16 +46,22 @@ pub(super) fn converters(cfg: &mut Config, notes: &mut Notes, expand_json: bool)
             "{}value_converter = \"{}\"{}",
             worker_default(kind),
             value_converter.name(),
-            if expand_json { ", with expand_json_payload (see README: migration)" } else { "" }
+            if expand_json {
+                ", with expand_json_payload (see README: migration)"
+            } else {
+                ""
+            }
         )),
     };
     note_converter(notes, "value.converter", &value, msg);
 
     let header = converter_kind(cfg, "header.converter");
     let msg = match &header.kind {
-        ConverterKind::Absent => Ok("not set: the Connect worker's default SimpleHeaderConverter \
+        ConverterKind::Absent => Ok(
+            "not set: the Connect worker's default SimpleHeaderConverter \
             wrote each header as the column's text, as pgoutbox does"
-            .to_owned()),
+                .to_owned(),
+        ),
         ConverterKind::String => Ok("pgoutbox writes header values as the column's text, as \
             this converter does for strings"
             .to_owned()),
@@ -64,9 +70,11 @@ pub(super) fn converters(cfg: &mut Config, notes: &mut Notes, expand_json: bool)
                 for strings"
                 .to_owned(),
         ),
-        _ => Err("pgoutbox writes header values as the column's text (SimpleHeaderConverter), \
+        _ => Err(
+            "pgoutbox writes header values as the column's text (SimpleHeaderConverter), \
             not in this converter's format"
-            .to_owned()),
+                .to_owned(),
+        ),
     };
     note_converter(notes, "header.converter", &header, msg);
     Converters {

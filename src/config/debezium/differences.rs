@@ -35,8 +35,15 @@ pub(super) fn logical_name(cfg: &mut Config, notes: &mut Notes) -> String {
 pub(super) fn debezium_only_output(cfg: &mut Config, notes: &mut Notes) {
     let key = "extended.headers.enabled";
     let value = cfg.get(key);
-    if value.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("false")) {
-        notes.ignored(key, value.as_deref(), "Debezium added no context headers either");
+    if value
+        .as_deref()
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+    {
+        notes.ignored(
+            key,
+            value.as_deref(),
+            "Debezium added no context headers either",
+        );
     } else {
         notes.unsupported(
             key,

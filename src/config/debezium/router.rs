@@ -9,9 +9,9 @@ use crate::outbox::routing::{
 };
 
 use super::input::{list, resolved, Config, Notes};
-use crate::outbox::connect::{Place, Placement};
 use super::{Entry, PLACEHOLDER};
 use crate::config::router_keys::{self as keys, RouterKey};
+use crate::outbox::connect::{Place, Placement};
 
 /// Debezium's `route.topic.regex` default: the whole route value is group 1.
 const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
@@ -239,7 +239,11 @@ pub(super) fn router_options(cfg: &mut Config, notes: &mut Notes, router: &str) 
                     still differs: README, migration)",
             );
         } else {
-            notes.ignored(&key, Some(&v), "expand_json_payload = false, as in pgoutbox");
+            notes.ignored(
+                &key,
+                Some(&v),
+                "expand_json_payload = false, as in pgoutbox",
+            );
         }
     }
 
@@ -333,13 +337,21 @@ pub(super) fn router_options(cfg: &mut Config, notes: &mut Notes, router: &str) 
                     true); it never leaves the header out",
             );
         } else {
-            notes.ignored(&key, Some(&v), "pgoutbox stops on a missing placed column too");
+            notes.ignored(
+                &key,
+                Some(&v),
+                "pgoutbox stops on a missing placed column too",
+            );
         }
     }
     let key = k("table.json.payload.null.behavior");
     if let Some(v) = cfg.get(&key) {
         if v.eq_ignore_ascii_case("ignore") {
-            notes.ignored(&key, Some(&v), "pgoutbox's expansion leaves null fields out too");
+            notes.ignored(
+                &key,
+                Some(&v),
+                "pgoutbox's expansion leaves null fields out too",
+            );
         } else {
             notes.unsupported(
                 &key,

@@ -488,7 +488,10 @@ fn converters_become_key_and_value_converters() {
     // JsonConverter's own schemas.enable default is true.
     assert_eq!(map["value_converter"], s("json-schemas"));
     assert_eq!(note(&json_keys, "key.converter").kind, NoteKind::Translated);
-    assert_eq!(note(&json_keys, "value.converter").kind, NoteKind::Translated);
+    assert_eq!(
+        note(&json_keys, "value.converter").kind,
+        NoteKind::Translated
+    );
 
     let strings = import(&minimal(
         r#", "value.converter": "org.apache.kafka.connect.storage.StringConverter""#,

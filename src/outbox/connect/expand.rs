@@ -3,7 +3,8 @@
 //!
 //! Owns the inference rules the golden records show (tests/fixtures/debezium):
 //! - only a JSON **object** is expanded; any other payload stays the JSON text;
-//! - an object becomes a struct named by its path (`payload`, `payload.meta`), its
+//! - an object becomes a struct named by its path (`payload`, `payload.meta`; an
+//!   object in an array of arrays has no name), its
 //!   fields in the text's order, **without** the fields whose value is `null` or an
 //!   empty array (their type cannot be inferred);
 //! - a whole number is `int32` when it fits, else `int64`; one beyond 64 bits makes
@@ -48,7 +49,8 @@ enum Schema {
     Str,
     Arr(Box<Schema>),
     Struct {
-        name: String,
+        /// `None` inside an array of arrays, where Debezium names no struct.
+        name: Option<String>,
         fields: Vec<(String, Schema)>,
         optional: bool,
     },
@@ -70,7 +72,7 @@ pub fn expand(payload: &[u8]) -> Option<Expanded> {
     if parser.pos != text.len() || !matches!(node, Node::Obj(_)) {
         return None;
     }
-    let schema = infer(&node, "payload").ok()??;
+    let schema = infer(&node, Some("payload")).ok()??;
     Some(Expanded { node, schema })
 }
 
@@ -93,7 +95,7 @@ impl Expanded {
 
 /// `Ok(None)`: no schema can be inferred (null, empty array): the field is left out.
 /// `Err(())`: the payload is not expandable.
-fn infer(node: &Node, path: &str) -> Result<Option<Schema>, ()> {
+fn infer(node: &Node, path: Option<&str>) -> Result<Option<Schema>, ()> {
     Ok(Some(match node {
         Node::Null => return Ok(None),
         Node::Bool(_) => Schema::Bool,
@@ -104,12 +106,13 @@ fn infer(node: &Node, path: &str) -> Result<Option<Schema>, ()> {
         Node::Obj(fields) => {
             let mut out = Vec::with_capacity(fields.len());
             for (name, value) in fields {
-                if let Some(schema) = infer(value, &format!("{path}.{name}"))? {
+                let child = path.map(|p| format!("{p}.{name}"));
+                if let Some(schema) = infer(value, child.as_deref())? {
                     out.push((name.clone(), schema));
                 }
             }
             Schema::Struct {
-                name: path.to_owned(),
+                name: path.map(str::to_owned),
                 fields: out,
                 optional: true,
             }
@@ -120,13 +123,15 @@ fn infer(node: &Node, path: &str) -> Result<Option<Schema>, ()> {
 }
 
 /// The one schema of an array's elements.
-fn array_items(items: &[Node], path: &str) -> Result<Schema, ()> {
+fn array_items(items: &[Node], path: Option<&str>) -> Result<Schema, ()> {
     let mut schemas = Vec::new();
     for item in items {
         match item {
             Node::Null => {}
             // An empty array inside an array has no member schema.
             Node::Arr(inner) if inner.is_empty() => return Err(()),
+            // The elements of an inner array have no path: their structs no name.
+            Node::Arr(_) => schemas.extend(infer(item, None)?),
             _ => schemas.extend(infer(item, path)?),
         }
     }
@@ -154,7 +159,7 @@ fn array_items(items: &[Node], path: &str) -> Result<Schema, ()> {
         }
     }
     Ok(Schema::Struct {
-        name: path.to_owned(),
+        name: path.map(str::to_owned),
         fields: merged,
         optional: false,
     })
@@ -227,8 +232,11 @@ fn push_schema(out: &mut Vec<u8>, schema: &Schema, field: Option<&str>) {
                 }
                 push_schema(out, s, Some(n));
             }
-            out.extend_from_slice(format!("],\"optional\":{optional},\"name\":").as_bytes());
-            jackson::push_string(out, name.as_bytes());
+            out.extend_from_slice(format!("],\"optional\":{optional}").as_bytes());
+            if let Some(name) = name {
+                out.extend_from_slice(b",\"name\":");
+                jackson::push_string(out, name.as_bytes());
+            }
             String::new()
         }
     };

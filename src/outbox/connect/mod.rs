@@ -11,10 +11,10 @@
 //!                                          payload expanded when asked)
 //! ```
 //!
-//! - [`placement`]: `column:header|envelope[:alias]`;
-//! - [`schema`]: a column's Connect schema (type, `optional` from `NOT NULL`);
-//! - [`jackson`]: JSON text as Jackson writes it (escapes, surrogates, doubles);
-//! - [`expand`]: `table.expand.json.payload` — schema inference from the JSON.
+//! - `placement`: `column:header|envelope[:alias]`;
+//! - `schema`: a column's Connect schema (type, `optional` from `NOT NULL`);
+//! - `jackson`: JSON text as Jackson writes it (escapes, surrogates, doubles);
+//! - `expand`: `table.expand.json.payload`, schema inference from the JSON.
 //!
 //! The converters (`string`, `json`, `json-schemas`) are Connect's StringConverter,
 //! JsonConverter with `schemas.enable=false` and with `schemas.enable=true`; header
