@@ -362,6 +362,7 @@ def capture_rows(cluster, out):
                    "values are PostgreSQL's text output (null = SQL NULL); a payload "
                    "{generate: ...} is prefix + repeat * count + suffix.",
         "tables": rowdefs.TABLE_TYPES,
+        "schema_sql": rowdefs.SCHEMA_SQL,
         "rows": rows,
     }, indent=1, ensure_ascii=False) + "\n")
     return [{"id": r["columns"]["id"], "label": r["label"]} for r in rows]
