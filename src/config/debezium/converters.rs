@@ -58,8 +58,8 @@ pub(super) fn converters(cfg: &mut Config, notes: &mut Notes, expand_json: bool)
     let header = converter_kind(cfg, "header.converter");
     let msg = match &header.kind {
         ConverterKind::Absent => Ok(
-            "not set: the Connect worker's default SimpleHeaderConverter \
-            wrote each header as the column's text, as pgoutbox does"
+            "the Connect worker's default SimpleHeaderConverter wrote each header as the \
+            column's text, as pgoutbox does"
                 .to_owned(),
         ),
         ConverterKind::String => Ok("pgoutbox writes header values as the column's text, as \
@@ -95,9 +95,9 @@ fn chosen(kind: &ConverterKind) -> Format {
 fn worker_default(kind: &ConverterKind) -> &'static str {
     match kind {
         ConverterKind::Absent => {
-            "not set, so the Connect worker's applied; assumed Kafka's default worker setting, \
-                JsonConverter with schemas.enable=true (if your worker sets another, pass it \
-                in the connector configuration and import again): "
+            "the Connect worker's converter applied, assumed to be Kafka's default, \
+                JsonConverter with schemas.enable=true (if your worker sets another, add it to \
+                the connector configuration and import again): "
         }
         _ => "",
     }
