@@ -217,6 +217,21 @@ pub fn bytes_of(v: &Value) -> Option<Vec<u8>> {
     })
 }
 
+/// A golden record's headers in order, but Debezium's context headers (which
+/// pgoutbox does not write): name and value (`None`: a null value).
+pub fn golden_headers(golden: &Value) -> Vec<(String, Option<Vec<u8>>)> {
+    golden["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .map(|h| {
+            let name = h["name"].as_str().expect("name").to_owned();
+            (name, bytes_of(&h["value"]))
+        })
+        .filter(|(n, _)| !CONTEXT_HEADERS.contains(&n.as_str()))
+        .collect()
+}
+
 /// Kafka's Java default partitioner for a keyed record: murmur2 (seed 0x9747b28c),
 /// sign bit cleared, modulo the partition count.
 pub fn java_partition(key: &[u8], partitions: u32) -> u32 {

@@ -93,18 +93,7 @@ fn check_record(
         golden["partition"].as_u64() == ours.map(u64::from),
     );
     differ("value", same_value(golden, record.value.as_deref()));
-    let theirs: Vec<(String, Option<Vec<u8>>)> = golden["headers"]
-        .as_array()
-        .expect("headers")
-        .iter()
-        .map(|h| {
-            (
-                h["name"].as_str().expect("name").to_owned(),
-                fixtures::bytes_of(&h["value"]),
-            )
-        })
-        .filter(|(n, _)| !CONTEXT_HEADERS.contains(&n.as_str()))
-        .collect();
+    let theirs = fixtures::golden_headers(golden);
     let mut ours = vec![("id".to_owned(), record.id.as_deref().map(<[u8]>::to_vec))];
     ours.extend(
         record

@@ -16,7 +16,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::ClientConfig;
 use serde_json::Value;
 
-use super::fixtures::{self, Row, CONTEXT_HEADERS, CREATED_AT_MS};
+use super::fixtures::{self, Row, CREATED_AT_MS};
 use crate::support::kafka::{Broker, Consumed, Reader};
 use crate::support::workload::start_relay;
 use crate::support::{temp_dir, PgCluster, WAIT};
@@ -179,18 +179,7 @@ fn assert_same(name: &str, label: &str, golden: &Value, ours: &Consumed) {
         ours.value,
         "{what}: value"
     );
-    let theirs: Vec<(String, Option<Vec<u8>>)> = golden["headers"]
-        .as_array()
-        .expect("headers")
-        .iter()
-        .map(|h| {
-            (
-                h["name"].as_str().expect("name").to_owned(),
-                fixtures::bytes_of(&h["value"]),
-            )
-        })
-        .filter(|(n, _)| !CONTEXT_HEADERS.contains(&n.as_str()))
-        .collect();
+    let theirs = fixtures::golden_headers(golden);
     assert_eq!(theirs, ours.header_list, "{what}: headers");
     assert_eq!(
         ours.timestamp,

@@ -274,3 +274,70 @@ impl Value<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::event::ColumnMapping;
+    use crate::outbox::routing::TopicTemplate;
+    use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
+
+    /// The record pgoutbox sends for one text row under `format` and `placements`.
+    fn encoded(format: &RecordFormat, placements: &[&str], key: Option<&str>) -> KafkaRecord {
+        let columns = [
+            "id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ];
+        let relation = Relation::text_columns(1, "outbox", &columns);
+        let mapping = ColumnMapping {
+            placements: Some(
+                placements
+                    .iter()
+                    .map(|p| Placement::parse(p).unwrap())
+                    .collect(),
+            ),
+            ..ColumnMapping::default()
+        }
+        .resolve(&relation)
+        .unwrap();
+        let t = |s: &str| ColumnValue::Text(Bytes::copy_from_slice(s.as_bytes()));
+        let key = key.map_or(ColumnValue::Null, t);
+        let tuple = TupleData(vec![t("e1"), t("order"), key, t("Created"), t("{\"a\":1}")]);
+        let event = mapping.event(&tuple);
+        let mut record = KafkaRecord::from_event(&event, &TopicTemplate::default(), 0);
+        record.placed = mapping.headers(&event);
+        format.encode(&mut record, &event, &mapping);
+        record
+    }
+
+    #[test]
+    fn the_default_format_leaves_key_and_value_as_stored() {
+        let r = encoded(
+            &RecordFormat::default(),
+            &["event_type:header:eventType"],
+            Some("42"),
+        );
+        assert_eq!(r.key.as_deref(), Some(&b"42"[..]));
+        assert_eq!(r.value.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(&*r.placed[0].0, "eventType");
+    }
+
+    #[test]
+    fn json_converter_quotes_and_writes_null_as_null() {
+        let json = RecordFormat {
+            key: Converter::Json,
+            value: Converter::Json,
+            ..RecordFormat::default()
+        };
+        let r = encoded(&json, &["aggregate_type:envelope:type"], None);
+        assert_eq!(r.key.as_deref(), Some(&b"null"[..]));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(&br#"{"payload":"{\"a\":1}","type":"order"}"#[..])
+        );
+        assert!(r.placed.is_empty(), "an envelope field is no header");
+    }
+}
