@@ -14,11 +14,11 @@
 //! missing from the table is an error naming the table, the column and the columns
 //! that do exist; a row never panics the mapping, whatever its values.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::outbox::connect::{ColumnSchema, ColumnType, Place, Placement};
+use crate::outbox::connect::{ColumnSchema, ColumnType, EnvelopeCache, Place, Placement};
 use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
 
 /// Which column carries which part of the event. Defaults are the table of
@@ -101,9 +101,8 @@ pub struct ResolvedMapping {
     pub(crate) placed: Vec<ResolvedPlacement>,
     /// `schema.table`, for the envelope's schema name.
     pub(crate) table: String,
-    /// The route value of the first envelope record: Debezium names the envelope
-    /// schema after it and caches that schema per table definition.
-    pub(crate) envelope_route: OnceLock<String>,
+    /// Envelope schemas already written (shared by the tables of one session).
+    pub(crate) envelope_cache: EnvelopeCache,
 }
 
 /// One placed column of a relation.
@@ -188,7 +187,7 @@ impl ColumnMapping {
             payload_schema: schema(payload),
             placed,
             table: format!("{}.{}", relation.namespace, relation.name),
-            envelope_route: OnceLock::new(),
+            envelope_cache: EnvelopeCache::default(),
         })
     }
 }
@@ -238,6 +237,13 @@ impl ResolvedMapping {
             timestamp: optional(self.timestamp),
             placed: self.placed.iter().map(|p| optional(p.index)).collect(),
         }
+    }
+
+    /// This mapping, writing envelope schemas through `cache` (one per relay
+    /// session, shared by its tables, as Debezium's is by its task).
+    pub fn with_envelope_cache(mut self, cache: &EnvelopeCache) -> Self {
+        self.envelope_cache = cache.clone();
+        self
     }
 
     /// The header placements of `event`: name and value, in placement order.

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use crate::outbox::connect::EnvelopeCache;
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
 use crate::outbox::routing::TopicTemplate;
 use crate::pg::catalog::TableName;
@@ -55,6 +56,8 @@ pub struct Unmapped {
 pub struct OutboxTables {
     specs: Vec<TableSpec>,
     routes: HashMap<u32, RelationRoute>,
+    /// Envelope schemas written in this session, shared by every table.
+    envelope_cache: EnvelopeCache,
 }
 
 impl OutboxTables {
@@ -63,6 +66,7 @@ impl OutboxTables {
         Self {
             specs,
             routes: HashMap::new(),
+            envelope_cache: EnvelopeCache::default(),
         }
     }
 
@@ -76,10 +80,12 @@ impl OutboxTables {
         };
         let (route, result) = match self.specs.iter().find(|s| s.table == table) {
             Some(spec) => match spec.mapping.resolve(relation) {
-                Ok(mapping) => (
-                    RelationRoute::Outbox(table, Box::new(mapping), spec.template.clone()),
-                    Ok(()),
-                ),
+                Ok(mapping) => {
+                    let mapping = mapping.with_envelope_cache(&self.envelope_cache);
+                    let route =
+                        RelationRoute::Outbox(table, Box::new(mapping), spec.template.clone());
+                    (route, Ok(()))
+                }
                 Err(missing) => {
                     let columns: Vec<String> =
                         relation.columns.iter().map(|c| c.name.clone()).collect();

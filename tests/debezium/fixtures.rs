@@ -122,18 +122,20 @@ pub fn imported(connector: &Value) -> RunConfig {
 /// The relation PostgreSQL sends for a golden table.
 pub fn relation(table: &str, tables: &Value) -> Relation {
     let (schema, name) = table.split_once('.').expect("schema.table");
-    let payload_oid = match tables[table]["payload"].as_str() {
-        Some("jsonb") => 3802,
+    let oid = |column: &str| match column_type(tables, table, column) {
+        "jsonb" => 3802,
+        "int8" => 20,
+        "uuid" => 2950,
         _ => 25,
     };
     let columns = [
         ("ord", 23),
         ("id", 2950),
         ("aggregate_type", 25),
-        ("aggregate_id", 25),
+        ("aggregate_id", oid("aggregate_id")),
         ("event_type", 25),
-        ("tenant", 25),
-        ("payload", payload_oid),
+        ("tenant", oid("tenant")),
+        ("payload", oid("payload")),
         ("created_at", 1184),
     ];
     Relation {
@@ -152,6 +154,11 @@ pub fn relation(table: &str, tables: &Value) -> Relation {
             })
             .collect(),
     }
+}
+
+/// The PostgreSQL type of a golden column (`rows.json` lists those not `text`).
+pub fn column_type<'a>(tables: &'a Value, table: &str, column: &str) -> &'a str {
+    tables[table][column].as_str().unwrap_or("text")
 }
 
 /// The table's spec in `cfg`, with its NOT NULL columns as `run` reads them from

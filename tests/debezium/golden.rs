@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use pgoutbox::outbox::connect::EnvelopeCache;
 use serde_json::Value;
 
 use super::fixtures::{self, java_partition, Row, CONTEXT_HEADERS, CREATED_AT_MS, PARTITIONS};
@@ -42,6 +43,9 @@ fn compare(name: &str) -> Outcome {
             .insert(failure["row"].as_str().expect("row").to_owned());
     }
     let mut mappings = BTreeMap::new();
+    // Debezium's envelope schema cache lives as long as its task (one engine per
+    // row in per-row fixtures) and is shared by the tables.
+    let mut cache = EnvelopeCache::default();
     for golden in doc["records"].as_array().expect("records") {
         let label = golden["row"].as_str().expect("row");
         let row = rows.iter().find(|r| r.label == label).expect("golden row");
@@ -51,14 +55,14 @@ fn compare(name: &str) -> Outcome {
         }
         let spec = fixtures::spec(&cfg, &row.table, &tables);
         let relation = fixtures::relation(&row.table, &tables);
-        // Debezium's envelope schema cache lives as long as its task: one engine
-        // per row in per-row fixtures.
         if per_row {
             mappings.clear();
+            cache = EnvelopeCache::default();
         }
-        let mapping = mappings
-            .entry(row.table.clone())
-            .or_insert_with(|| spec.mapping.resolve(&relation).expect("mapping"));
+        let mapping = mappings.entry(row.table.clone()).or_insert_with(|| {
+            let resolved = spec.mapping.resolve(&relation).expect("mapping");
+            resolved.with_envelope_cache(&cache)
+        });
         let (record, invalid) = fixtures::encode(&cfg, &spec, mapping, row);
         if let Some(invalid) = invalid {
             out.poison.insert((label.to_owned(), invalid.cause.name()));

@@ -54,18 +54,18 @@ async fn create_topics(brokers: &str) {
     }
 }
 
-async fn insert_rows(db: &crate::support::TestDb<'_>, rows: &[Row]) {
+async fn insert_rows(db: &crate::support::TestDb<'_>, rows: &[Row], tables: &Value) {
     let client = db.client().await;
     for (ord, row) in rows.iter().enumerate() {
-        let payload_cast = if row.table == "public.outbox_text" {
-            "text"
-        } else {
-            "jsonb"
-        };
+        let t = |column: &str| fixtures::column_type(tables, &row.table, column);
         let sql = format!(
             "INSERT INTO {} (ord, id, aggregate_type, aggregate_id, event_type, tenant, payload) \
-             VALUES ($1::text::int, $2::text::uuid, $3, $4, $5, $6, $7::text::{payload_cast})",
-            row.table
+             VALUES ($1::text::int, $2::text::uuid, $3, $4::text::{}, $5, $6::text::{}, \
+             $7::text::{})",
+            row.table,
+            t("aggregate_id"),
+            t("tenant"),
+            t("payload")
         );
         let c = |name: &str| row.columns.get(name).cloned().flatten();
         let ord = ord.to_string();
@@ -91,7 +91,7 @@ async fn insert_rows(db: &crate::support::TestDb<'_>, rows: &[Row]) {
 /// compare every record read back with Debezium's.
 async fn relay_matches_debezium(name: &str) {
     let doc = fixtures::load(&format!("{name}.json"));
-    let (rows, _) = fixtures::rows();
+    let (rows, tables) = fixtures::rows();
     let rows: Vec<Row> = rows
         .into_iter()
         .filter(|r| !LEFT_OUT.contains(&r.label.as_str()))
@@ -130,7 +130,7 @@ async fn relay_matches_debezium(name: &str) {
     .map(String::from)
     .to_vec();
     let _relay = start_relay(&args);
-    insert_rows(&db, &rows).await;
+    insert_rows(&db, &rows, &tables).await;
 
     let topics: Vec<String> = TOPICS.iter().map(|t| (*t).to_owned()).collect();
     let mut reader = Reader::new(&broker.addr(), &topics);

@@ -18,6 +18,10 @@ CREATE TABLE public.outbox_strict (LIKE public.outbox INCLUDING ALL);
 ALTER TABLE public.outbox_strict ALTER COLUMN aggregate_type SET NOT NULL,
     ALTER COLUMN aggregate_id SET NOT NULL, ALTER COLUMN event_type SET NOT NULL,
     ALTER COLUMN tenant SET NOT NULL, ALTER COLUMN payload SET NOT NULL;
+-- Other column types: a bigint key (a JSON number) and a uuid placed column.
+CREATE TABLE public.outbox_typed (LIKE public.outbox INCLUDING ALL);
+ALTER TABLE public.outbox_typed ALTER COLUMN aggregate_id TYPE bigint USING aggregate_id::bigint,
+    ALTER COLUMN tenant TYPE uuid USING tenant::uuid;
 """
 
 # Column types, as pgoutbox needs them to decide how to treat the payload.
@@ -26,8 +30,9 @@ TABLE_TYPES = {
     "public.outbox_text": {"payload": "text"},
     "public.outbox_strict": {"payload": "jsonb", "not_null": ["aggregate_type",
                              "aggregate_id", "event_type", "tenant", "payload"]},
+    "public.outbox_typed": {"payload": "jsonb", "aggregate_id": "int8", "tenant": "uuid"},
 }
-TABLES = ("outbox", "outbox_text", "outbox_strict")
+TABLES = ("outbox", "outbox_text", "outbox_strict", "outbox_typed")
 
 # The 1.03 MB row: built in SQL (a command-line argument is limited to 128 KiB).
 BIG_PREFIX = '{"blob": "'
@@ -102,6 +107,8 @@ _ROWS = [
      "'{\"p\": {\"q\": [{\"r\": {\"s\": 1}}]}, \"arrs\": [[{\"x\": 1}]]}'"),
     ("outbox_strict", "strict", 40, "order", "80", "StrictCreated", "acme",
      "'{\"s\": 1}'"),
+    ("outbox_typed", "typed", 41, "order", "9000000000", "Typed",
+     "00000000-0000-4000-8000-0000000000aa", "'{\"t\": 3}'"),
     ("outbox_text", "text-controls", 33, "invoice", "k\t\"\\\u00e9\U0001F600\x01\x7f\u2028",
      "Controls", "acme", "E'line1\\nline2\\t\\x01\\x1f \u00e9 \U0001F600 \\\\ \"'"),
     ("outbox_text", "text-compact", 30, "invoice", "i-1", "InvoiceIssued", "acme",

@@ -14,7 +14,8 @@
 //! - `placement`: `column:header|envelope[:alias]`;
 //! - `schema`: a column's Connect schema (type, `optional` from `NOT NULL`);
 //! - `jackson`: JSON text as Jackson writes it (escapes, surrogates, doubles);
-//! - `expand`: `table.expand.json.payload`, schema inference from the JSON.
+//! - `expand`: `table.expand.json.payload`, schema inference from the JSON;
+//! - `cache`: the envelope schema Debezium reuses per payload schema.
 //!
 //! The converters (`string`, `json`, `json-schemas`) are Connect's StringConverter,
 //! JsonConverter with `schemas.enable=false` and with `schemas.enable=true`; header
@@ -26,11 +27,13 @@
 //! Invariants: encoding never fails and never panics; with the default format
 //! (`string`/`string`, no envelope, no expansion) key and value are left untouched.
 
+mod cache;
 mod expand;
 mod jackson;
 mod placement;
 mod schema;
 
+pub use cache::EnvelopeCache;
 pub use placement::{Place, Placement, PlacementError};
 pub use schema::{ColumnSchema, ColumnType};
 
@@ -125,8 +128,11 @@ impl RecordFormat {
             Converter::String => value.display(),
             Converter::Json => Some(Bytes::from(value.json())),
             Converter::JsonSchemas => {
-                let name = (!envelope.is_empty()).then(|| self.envelope_name(event, mapping));
-                Some(Bytes::from(value.json_with_schema(name.as_deref())))
+                let envelope = Envelope {
+                    cache: &mapping.envelope_cache,
+                    name: || self.envelope_name(event, mapping),
+                };
+                Some(Bytes::from(value.json_with_schema(envelope)))
             }
         };
     }
@@ -145,12 +151,10 @@ impl RecordFormat {
         Bytes::from(out)
     }
 
-    /// Debezium names the envelope after the first route value it met for the
-    /// table (its schema cache), e.g. `shop.public.outbox.order.Value`.
+    /// The envelope's schema name for `event`, e.g. `shop.public.outbox.order.Value`
+    /// (used for the first record of a payload schema only: see [`EnvelopeCache`]).
     fn envelope_name(&self, event: &OutboxEvent, mapping: &ResolvedMapping) -> String {
-        let route = mapping.envelope_route.get_or_init(|| {
-            String::from_utf8_lossy(event.route_value.as_deref().unwrap_or_default()).into_owned()
-        });
+        let route = String::from_utf8_lossy(event.route_value.as_deref().unwrap_or_default());
         format!("{}.{}.{route}.Value", self.logical_name, mapping.table)
     }
 }
@@ -163,6 +167,13 @@ fn push_scalar(out: &mut Vec<u8>, value: Option<&[u8]>, kind: ColumnType) {
         Some(v) if kind.is_number() => out.extend_from_slice(v),
         Some(v) => jackson::push_string(out, v),
     }
+}
+
+/// Where an envelope's schema comes from: the session's cache, or a new one named
+/// by `name`.
+struct Envelope<'a, F> {
+    cache: &'a EnvelopeCache,
+    name: F,
 }
 
 /// The parts of a record value.
@@ -243,23 +254,28 @@ impl Value<'_> {
         }
     }
 
-    /// JsonConverter with schemas; `envelope_name` names the envelope struct.
-    fn json_with_schema(&self, envelope_name: Option<&str>) -> Vec<u8> {
+    /// JsonConverter with schemas; an envelope's schema comes from `envelope`.
+    fn json_with_schema(&self, envelope: Envelope<'_, impl FnOnce() -> String>) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.payload.map_or(128, |p| p.len() + 256));
         out.extend_from_slice(b"{\"schema\":");
-        match envelope_name {
-            None => self.push_payload_schema(&mut out, None),
-            Some(name) => {
-                out.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
-                self.push_payload_schema(&mut out, Some("payload"));
+        if self.envelope.is_empty() {
+            self.push_payload_schema(&mut out, None);
+        } else {
+            let mut payload = Vec::new();
+            self.push_payload_schema(&mut payload, Some("payload"));
+            let schema = envelope.cache.get_or_build(&payload, || {
+                let mut s = b"{\"type\":\"struct\",\"fields\":[".to_vec();
+                s.extend_from_slice(&payload);
                 for (p, _) in self.envelope {
-                    out.push(b',');
-                    p.schema.push_json(&mut out, Some(&p.alias));
+                    s.push(b',');
+                    p.schema.push_json(&mut s, Some(&p.alias));
                 }
-                out.extend_from_slice(b"],\"optional\":false,\"name\":");
-                jackson::push_string(&mut out, name.as_bytes());
-                out.push(b'}');
-            }
+                s.extend_from_slice(b"],\"optional\":false,\"name\":");
+                jackson::push_string(&mut s, (envelope.name)().as_bytes());
+                s.push(b'}');
+                s
+            });
+            out.extend_from_slice(&schema);
         }
         out.extend_from_slice(b",\"payload\":");
         self.push_json(&mut out);
