@@ -13,8 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Payload field schema (JSON bytes) → the whole envelope schema (JSON bytes).
+type Schemas = HashMap<Vec<u8>, Arc<[u8]>>;
+
+/// The envelope schemas of one session.
 #[derive(Debug, Clone, Default)]
-pub struct EnvelopeCache(Arc<Mutex<HashMap<Vec<u8>, Arc<[u8]>>>>);
+pub struct EnvelopeCache(Arc<Mutex<Schemas>>);
 
 impl EnvelopeCache {
     /// The envelope schema for `payload_schema`, built by `build` the first time.
