@@ -13,8 +13,9 @@
 //!   the streaming connection, [`pg::catalog`] publication/slot SQL, [`pg::tls`],
 //!   [`pg::conninfo`] libpq connection strings, [`pg::source`] the database,
 //!   publication and tables a command works on.
-//! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`])
-//!   and poison rows with their dead letters ([`outbox::invalid`]).
+//! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`]),
+//!   poison rows with their dead letters ([`outbox::invalid`]) and the Kafka Connect
+//!   record format of a Debezium connector ([`outbox::connect`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
