@@ -234,8 +234,8 @@ pub struct RoutingArgs {
 #[derive(Debug, Clone, Args)]
 pub struct FormatArgs {
     /// Put a column in a record header or in the value's envelope, Debezium's
-    /// table.fields.additional.placement: COLUMN:header[:ALIAS] or
-    /// COLUMN:envelope[:ALIAS] (the value becomes {"payload": …, ALIAS: …}).
+    /// table.fields.additional.placement: `COLUMN:header[:ALIAS]` or
+    /// `COLUMN:envelope[:ALIAS]` (the value becomes {"payload": …, ALIAS: …}).
     /// Repeatable (or comma-separated). Without it the event type column goes to
     /// header `event_type`; once given, exactly the listed columns are placed
     /// (`none`: no header but `id`, as Debezium without placements), e.g.
