@@ -6,7 +6,9 @@
 //! when the column is absent, NULL or unparseable). Invariant: building a record
 //! never fails and never copies a value — the bytes are slices of the WAL message;
 //! the legality of the topic name is checked separately ([`routing::is_valid_topic`]).
-//! Placed headers and Kafka Connect converters are applied afterwards, by
+//! The headers after `id` come from the mapping's placements
+//! ([`crate::outbox::event::ResolvedMapping::headers`]; by default the event type as
+//! `event_type`), and Kafka Connect converters are applied afterwards, by
 //! [`crate::outbox::connect::RecordFormat`].
 
 use std::sync::{Arc, LazyLock};
@@ -68,7 +70,8 @@ impl KafkaRecord {
             value: event.payload.clone(),
             id: event.id.clone(),
             event_type: event.event_type.clone(),
-            placed: default_placed(event.event_type.clone()),
+            // Filled by the mapping's placements (`ResolvedMapping::headers`).
+            placed: Vec::new(),
             timestamp_ms,
             headers: Vec::new(),
         }
