@@ -4,7 +4,9 @@
 //! message (it does before the first change of a relation in a session and after
 //! every schema change), so a renamed or added column is picked up in stream order.
 //! Invariant: a relation is an outbox table only if its `schema.name` is one of the
-//! configured tables; every other relation's rows are ignored.
+//! configured tables; every other relation's rows are ignored. The tables of one
+//! session share one envelope schema cache ([`EnvelopeCache`]), as Debezium's
+//! Outbox Event Router does within its task.
 
 use std::collections::HashMap;
 
