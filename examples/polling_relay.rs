@@ -79,6 +79,7 @@ async fn poll_once(
                 value: bytes(row.get(5)),
                 id: bytes(row.get(1)),
                 event_type: bytes(row.get(4)),
+                placed: pgoutbox::outbox::record::default_placed(bytes(row.get(4))),
                 timestamp_ms: row.get::<_, i64>(6) / 1000,
                 headers: Vec::new(),
             };

@@ -59,6 +59,7 @@ fn record(topic: &str, i: u64, keys: u64, pad: &str, timestamp_ms: i64) -> Kafka
         ))),
         id: Some(Bytes::from(id)),
         event_type: Some(Bytes::from_static(b"Happened")),
+        placed: pgoutbox::outbox::record::default_placed(Some(Bytes::from_static(b"Happened"))),
         timestamp_ms,
         headers: Vec::new(),
     }

@@ -63,6 +63,7 @@ fn main() {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        format: pgoutbox::outbox::connect::RecordFormat::default(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         record_timestamp: Default::default(),

@@ -47,6 +47,8 @@ pub enum LogFormat {
 }
 
 /// Subcommands.
+// Parsed once per process: the size of `Run` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Relay outbox rows to Kafka; confirm the slot only after Kafka acked.
@@ -249,6 +251,73 @@ pub struct RoutingArgs {
     pub aggregate_type_column: String,
 }
 
+/// How records are serialised: the headers and the Kafka Connect converters of a
+/// Debezium connector, for consumers that must not tell the difference.
+#[derive(Debug, Clone, Args)]
+pub struct FormatArgs {
+    /// Put a column in a record header or in the value's envelope, Debezium's
+    /// table.fields.additional.placement: `COLUMN:header[:ALIAS]` or
+    /// `COLUMN:envelope[:ALIAS]` (the value becomes {"payload": …, ALIAS: …}).
+    /// Repeatable (or comma-separated). Without it the event type column goes to
+    /// header `event_type`; once given, exactly the listed columns are placed
+    /// (`none`: no header but `id`, as Debezium without placements), e.g.
+    /// --placement event_type:header:eventType.
+    #[arg(
+        long = "placement",
+        alias = "table.fields.additional.placement",
+        env = "PGOUTBOX_PLACEMENT",
+        value_delimiter = ',',
+        value_name = "COLUMN:PLACE[:ALIAS]"
+    )]
+    pub placements: Vec<String>,
+
+    /// How the key is serialised, as Kafka Connect's key.converter: `string`
+    /// (StringConverter: the column's text), `json` (JsonConverter with
+    /// schemas.enable=false: a quoted JSON string, which hashes to another partition)
+    /// or `json-schemas` (JsonConverter with schemas, the Connect worker's default:
+    /// {"schema":…,"payload":…}).
+    #[arg(long, env = "PGOUTBOX_KEY_CONVERTER", value_enum, default_value_t = ConverterArg::String)]
+    pub key_converter: ConverterArg,
+
+    /// How the value is serialised, as Kafka Connect's value.converter (see
+    /// --key-converter). `json` writes a jsonb payload as a JSON string
+    /// ("{\"a\": 1}"); with --expand-json-payload as the JSON itself.
+    #[arg(long, env = "PGOUTBOX_VALUE_CONVERTER", value_enum, default_value_t = ConverterArg::String)]
+    pub value_converter: ConverterArg,
+
+    /// Debezium's table.expand.json.payload: a JSON-object payload becomes a Connect
+    /// struct (compact JSON without null fields and empty arrays, with an inferred
+    /// schema under json-schemas); other payloads stay as they are.
+    #[arg(
+        long,
+        alias = "table.expand.json.payload",
+        env = "PGOUTBOX_EXPAND_JSON_PAYLOAD"
+    )]
+    pub expand_json_payload: bool,
+
+    /// Debezium's topic.prefix (the connector's logical name); only names the
+    /// Connect schema of an envelope value under json-schemas:
+    /// LOGICAL_NAME.schema.table.route.Value.
+    #[arg(
+        long,
+        env = "PGOUTBOX_LOGICAL_NAME",
+        default_value = "pgoutbox",
+        value_name = "NAME"
+    )]
+    pub logical_name: String,
+}
+
+/// A Kafka Connect converter (`--key-converter`, `--value-converter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConverterArg {
+    /// StringConverter.
+    String,
+    /// JsonConverter, schemas.enable=false.
+    Json,
+    /// JsonConverter, schemas.enable=true (the Connect worker's default).
+    JsonSchemas,
+}
+
 /// The replication slot the relay consumes.
 #[derive(Debug, Clone, Args)]
 pub struct SlotArg {
@@ -332,6 +401,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub slot_failover: SlotFailoverArg,
+
+    #[command(flatten)]
+    pub format: FormatArgs,
 
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]

@@ -16,8 +16,9 @@
 //!   both connections walk a multi-host list (`target_session_attrs`, failover),
 //!   [`pg::source`] the database, publication and tables a command works on.
 //! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`]),
-//!   poison rows with their dead letters ([`outbox::invalid`]) and W3C trace
-//!   context ([`outbox::trace`]).
+//!   poison rows with their dead letters ([`outbox::invalid`]), W3C trace context
+//!   ([`outbox::trace`]) and the Kafka Connect record format of a Debezium
+//!   connector ([`outbox::connect`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the

@@ -364,10 +364,11 @@ async fn session(
         .and_then(|i| i.confirmed_flush_lsn)
         .unwrap_or(Lsn::INVALID);
     let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
+    let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
     drop(catalog_client);
     log_start(cfg, &identity, &resume, slot_lsn, metrics);
     Session::new(
-        &cfg.pipeline,
+        &pipeline,
         sink,
         stream,
         generation,
@@ -414,6 +415,22 @@ fn log_start(
         publication = %cfg.source.publication,
         "relaying outbox to kafka"
     );
+}
+
+/// The pipeline settings with each table's `NOT NULL` columns, when a converter
+/// writes Connect schemas (whose `optional` flag says it). Read once per session: a
+/// column made `NOT NULL` later shows in the schemas after the next reconnect.
+async fn with_not_null(
+    pipeline: &PipelineConfig,
+    client: &tokio_postgres::Client,
+) -> Result<PipelineConfig, RunError> {
+    let mut pipeline = pipeline.clone();
+    if pipeline.format.writes_schemas() {
+        for spec in &mut pipeline.tables {
+            spec.mapping.not_null = catalog::not_null_columns(client, &spec.table).await?;
+        }
+    }
+    Ok(pipeline)
 }
 
 /// A server error as a slot-safety finding when it is one (a lost slot, a missing

@@ -243,14 +243,25 @@ fn debezium_import_runs_and_routes_like_the_event_router() {
         "INSERT INTO public.dbz_outbox VALUES \
          ('6f1c3a52-8d0e-4a8f-9d61-0a4b9e2f7c11', 'legacyorder', 'order-7', 'OrderShipped', '{\"n\": 1}')",
     );
-    // Debezium's EventRouter would write topic outbox.event.legacyorder, key aggregateid.
+    // Debezium's EventRouter would write topic outbox.event.legacyorder, key aggregateid,
+    // serialised by the Connect worker's default converters (JsonConverter with
+    // schemas; aggregateid is NOT NULL, so optional is false), and header id only.
     let mut reader = Reader::new(&broker.addr(), &["outbox.event.legacyorder".to_owned()]);
     reader.read_until("the routed record", WAIT, |r| !r.is_empty());
     let rec = &reader.records[0];
-    assert_eq!(rec.key.as_deref(), Some(&b"order-7"[..]));
+    assert_eq!(
+        rec.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":false},"payload":"order-7"}"#[..])
+    );
     assert_eq!(rec.id(), "6f1c3a52-8d0e-4a8f-9d61-0a4b9e2f7c11");
-    assert_eq!(rec.header("event_type").as_deref(), Some("OrderShipped"));
-    assert_eq!(rec.value.as_deref(), Some(&b"{\"n\": 1}"[..]));
+    let names: Vec<&str> = rec.header_list.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["id"], "no placement: Debezium sends header id only");
+    assert_eq!(
+        rec.value.as_deref(),
+        Some(
+            &br#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":"{\"n\": 1}"}"#[..]
+        )
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod auth;
 mod capture_seeds;
 mod cli;
 mod config;
+mod debezium;
 mod edges;
 mod failover;
 mod failover_slots;

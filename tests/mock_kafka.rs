@@ -64,6 +64,7 @@ fn record(n: usize) -> KafkaRecord {
         value: Some(Bytes::from(format!("{{\"n\":{n}}}"))),
         id: Some(Bytes::from(format!("event-{n}"))),
         event_type: Some(Bytes::from_static(b"Happened")),
+        placed: pgoutbox::outbox::record::default_placed(Some(Bytes::from_static(b"Happened"))),
         timestamp_ms: 1_700_000_000_000,
         headers: Vec::new(),
     }

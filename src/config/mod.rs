@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    OnUpdateArg, RecordTimestampArg, RoutingArgs, RunArgs, SourceArgs, TailArgs,
-    TailFormat as TailFormatArg,
+    ConverterArg, FormatArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs, RunArgs, SourceArgs,
+    TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
+use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};
 use crate::outbox::record::RecordTimestamp;
@@ -90,6 +91,9 @@ pub enum ConfigError {
     /// A `--trace-context` (or a table's `trace_context`) that does not parse.
     #[error(transparent)]
     TraceContext(#[from] TraceError),
+    /// A `--placement` that does not parse.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
 }
 
 /// How rows become records: the global column mapping and topic template, and the
@@ -157,6 +161,8 @@ impl RoutingConfig {
                 payload: args.payload_column.clone(),
                 timestamp: args.timestamp_column.clone(),
                 trace_context: TraceField::parse(args.trace_context.as_deref().unwrap_or(""))?,
+                placements: None,
+                not_null: Vec::new(),
             },
             topic_template: TopicTemplate::new(&args.topic_template),
         })
@@ -246,8 +252,14 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
     if args.max_in_flight_bytes == 0 {
         return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
     }
+    let (format, placements) = format(&args.format)?;
+    let mut tables = routing.specs(&source.tables)?;
+    for spec in &mut tables {
+        spec.mapping.placements.clone_from(&placements);
+    }
     let pipeline = PipelineConfig {
-        tables: routing.specs(&source.tables)?,
+        tables,
+        format,
         on_update: match args.on_update {
             OnUpdateArg::Ignore => OnUpdate::Ignore,
             OnUpdateArg::Warn => OnUpdate::Warn,
@@ -285,6 +297,27 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
             accept_slot_reset: args.accept_slot_reset,
         },
     })
+}
+
+/// Validate record-format arguments: the format and the placements (`None` when
+/// `--placement` was not given: the default `event_type` header).
+pub fn format(args: &FormatArgs) -> Result<(RecordFormat, Option<Vec<Placement>>), ConfigError> {
+    let converter = |c: ConverterArg| match c {
+        ConverterArg::String => Converter::String,
+        ConverterArg::Json => Converter::Json,
+        ConverterArg::JsonSchemas => Converter::JsonSchemas,
+    };
+    let placements = match args.placements.is_empty() {
+        true => None,
+        false => Some(Placement::parse_list(&args.placements)?),
+    };
+    let format = RecordFormat {
+        key: converter(args.key_converter),
+        value: converter(args.value_converter),
+        expand_json: args.expand_json_payload,
+        logical_name: args.logical_name.clone(),
+    };
+    Ok((format, placements))
 }
 
 /// The effective `run` configuration as config-file TOML, secrets redacted: the
@@ -335,6 +368,30 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     );
     line("on_invalid", list(cfg.pipeline.invalid.describe()));
     line("record_timestamp", q(cfg.pipeline.record_timestamp.name()));
+    let f = &cfg.pipeline.format;
+    line("key_converter", q(f.key.name()));
+    line("value_converter", q(f.value.name()));
+    line("expand_json_payload", f.expand_json.to_string());
+    line("logical_name", q(&f.logical_name));
+    if let Some(placements) = cfg
+        .pipeline
+        .tables
+        .first()
+        .and_then(|t| t.mapping.placements.as_ref())
+    {
+        let items = placements
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>();
+        line(
+            "placement",
+            list(if items.is_empty() {
+                vec!["none".to_owned()]
+            } else {
+                items
+            }),
+        );
+    }
     line("dlq_topic", q(&cfg.pipeline.invalid.dlq_topic));
     line(
         "drain_timeout",

@@ -301,15 +301,18 @@ impl KafkaSink {
 
     /// Hand one record to librdkafka. On success a [`Delivery`] with `tag` follows.
     pub fn send(&self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
-        let mut headers = OwnedHeaders::new_with_capacity(2 + record.headers.len());
+        let count = 1 + record.placed.len() + record.headers.len();
+        let mut headers = OwnedHeaders::new_with_capacity(count);
         headers = headers.insert(Header {
             key: "id",
             value: record.id.as_deref(),
         });
-        headers = headers.insert(Header {
-            key: "event_type",
-            value: record.event_type.as_deref(),
-        });
+        for (key, value) in &record.placed {
+            headers = headers.insert(Header {
+                key,
+                value: value.as_deref(),
+            });
+        }
         for (key, value) in &record.headers {
             headers = headers.insert(Header {
                 key,

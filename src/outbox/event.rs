@@ -5,13 +5,20 @@
 //! columns of a pgoutput `Relation`. Values stay as zero-copy `Bytes` slices of the
 //! replication message in PostgreSQL text format.
 //!
+//! It also resolves the placed columns (`--placement`, Debezium's
+//! `table.fields.additional.placement`) and each column's Connect schema (type and
+//! nullability), which the record format ([`crate::outbox::connect`]) needs.
+//!
 //! Invariants: a mapping is resolved once per Relation message (so a changed table
 //! definition is picked up when PostgreSQL resends the Relation); a mapped column
 //! missing from the table is an error naming the table, the column and the columns
 //! that do exist; a row never panics the mapping, whatever its values.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
+use crate::outbox::connect::{ColumnSchema, ColumnType, EnvelopeCache, Place, Placement};
 use crate::outbox::trace::TraceField;
 use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
 
@@ -36,7 +43,16 @@ pub struct ColumnMapping {
     /// Where the W3C trace context is (`--trace-context`); `None`: not propagated.
     /// When set, its column must exist.
     pub trace_context: Option<TraceField>,
+    /// Columns placed in headers or the value's envelope. `None`: the default, the
+    /// event type column as header `event_type` (absent column: a null header).
+    pub placements: Option<Vec<Placement>>,
+    /// Columns the catalog reports `NOT NULL` (Connect schemas mark them
+    /// `optional: false`); filled by `run` when a converter writes schemas.
+    pub not_null: Vec<String>,
 }
+
+/// Header name of the default placement.
+pub const EVENT_TYPE_HEADER: &str = "event_type";
 
 impl Default for ColumnMapping {
     fn default() -> Self {
@@ -49,6 +65,8 @@ impl Default for ColumnMapping {
             payload: "payload".into(),
             timestamp: "created_at".into(),
             trace_context: None,
+            placements: None,
+            not_null: Vec::new(),
         }
     }
 }
@@ -82,6 +100,26 @@ pub struct ResolvedMapping {
     /// The payload column is neither `json` nor `jsonb`: PostgreSQL did not check
     /// that it holds JSON.
     payload_unchecked: bool,
+    /// Connect schema of the key column.
+    pub(crate) key_schema: ColumnSchema,
+    /// Connect schema of the payload column.
+    pub(crate) payload_schema: ColumnSchema,
+    /// The placed columns, in configuration order.
+    pub(crate) placed: Vec<ResolvedPlacement>,
+    /// `schema.table`, for the envelope's schema name.
+    pub(crate) table: String,
+    /// Envelope schemas already written (shared by the tables of one session).
+    pub(crate) envelope_cache: EnvelopeCache,
+}
+
+/// One placed column of a relation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResolvedPlacement {
+    /// Position in the tuple; `None` only for the default `event_type` header.
+    pub(crate) index: Option<usize>,
+    pub(crate) place: Place,
+    pub(crate) alias: Arc<str>,
+    pub(crate) schema: ColumnSchema,
 }
 
 /// Type oids whose values PostgreSQL guarantees to be JSON.
@@ -112,16 +150,56 @@ impl ColumnMapping {
             Some(field) => Some((require(&field.column, "trace context")?, field.keys.clone())),
             None => None,
         };
+        let key = require(&self.key, "key")?;
+        let schema = |idx: usize| {
+            let column = &relation.columns[idx];
+            ColumnSchema {
+                kind: ColumnType::of(column.type_oid).unwrap_or(ColumnType::Text),
+                optional: !self.not_null.contains(&column.name),
+            }
+        };
+        let event_type = find(&self.event_type);
+        let placed = match &self.placements {
+            None => vec![ResolvedPlacement {
+                index: event_type,
+                place: Place::Header,
+                alias: Arc::from(EVENT_TYPE_HEADER),
+                schema: event_type.map_or(
+                    ColumnSchema {
+                        kind: ColumnType::Text,
+                        optional: true,
+                    },
+                    schema,
+                ),
+            }],
+            Some(list) => list
+                .iter()
+                .map(|p| {
+                    let index = require(&p.column, "placement")?;
+                    Ok(ResolvedPlacement {
+                        index: Some(index),
+                        place: p.place,
+                        alias: p.alias.clone(),
+                        schema: schema(index),
+                    })
+                })
+                .collect::<Result<_, MissingColumn>>()?,
+        };
         Ok(ResolvedMapping {
             id: require(&self.id, "id")?,
             aggregate_type: find(&self.aggregate_type),
             route_by: require(&self.route_by, "route-by field")?,
-            key: require(&self.key, "key")?,
-            event_type: find(&self.event_type),
+            key,
+            event_type,
             payload,
             timestamp: find(&self.timestamp),
             trace,
             payload_unchecked: payload_type != JSON_OID && payload_type != JSONB_OID,
+            key_schema: schema(key),
+            payload_schema: schema(payload),
+            placed,
+            table: format!("{}.{}", relation.namespace, relation.name),
+            envelope_cache: EnvelopeCache::default(),
         })
     }
 }
@@ -145,6 +223,8 @@ pub struct OutboxEvent {
     pub timestamp: Option<Bytes>,
     /// The trace-context column's text (`None` when NULL or not mapped).
     pub trace_context: Option<Bytes>,
+    /// Values of the placed columns, in the mapping's placement order.
+    pub placed: Vec<Option<Bytes>>,
 }
 
 impl ResolvedMapping {
@@ -175,7 +255,25 @@ impl ResolvedMapping {
             payload: value(self.payload),
             timestamp: optional(self.timestamp),
             trace_context: optional(self.trace.as_ref().map(|(i, _)| *i)),
+            placed: self.placed.iter().map(|p| optional(p.index)).collect(),
         }
+    }
+
+    /// This mapping, writing envelope schemas through `cache` (one per relay
+    /// session, shared by its tables, as Debezium's is by its task).
+    pub fn with_envelope_cache(mut self, cache: &EnvelopeCache) -> Self {
+        self.envelope_cache = cache.clone();
+        self
+    }
+
+    /// The header placements of `event`: name and value, in placement order.
+    pub fn headers(&self, event: &OutboxEvent) -> Vec<(Arc<str>, Option<Bytes>)> {
+        self.placed
+            .iter()
+            .zip(&event.placed)
+            .filter(|(p, _)| p.place == Place::Header)
+            .map(|(p, v)| (p.alias.clone(), v.clone()))
+            .collect()
     }
 }
 

@@ -10,7 +10,10 @@
 //! - [`json`]: the JSON syntax check for payloads in `text` columns.
 //! - [`trace`]: W3C trace context (`traceparent`, `tracestate`) from a column or
 //!   a JSON key, checked before it becomes headers.
+//! - [`connect`]: Kafka Connect record format — placed columns, converters,
+//!   payload expansion — byte-identical to a Debezium connector.
 
+pub mod connect;
 pub mod event;
 pub mod invalid;
 pub mod json;

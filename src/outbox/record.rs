@@ -7,6 +7,12 @@
 //! unparseable). Invariant: building a record
 //! never fails and never copies a value — the bytes are slices of the WAL message;
 //! the legality of the topic name is checked separately ([`routing::is_valid_topic`]).
+//! The headers after `id` come from the mapping's placements
+//! ([`crate::outbox::event::ResolvedMapping::headers`]; by default the event type as
+//! `event_type`), and Kafka Connect converters are applied afterwards, by
+//! [`crate::outbox::connect::RecordFormat`].
+
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
@@ -63,13 +69,25 @@ pub struct KafkaRecord {
     pub value: Option<Bytes>,
     /// Header `id`: the event id.
     pub id: Option<Bytes>,
-    /// Header `event_type`.
+    /// The event type (the default placement sends it as header `event_type`).
     pub event_type: Option<Bytes>,
+    /// Headers after `id`, from the placed columns: name and value (`None`: a
+    /// header with a null value, as Debezium sends a NULL column).
+    pub placed: Vec<(Arc<str>, Option<Bytes>)>,
     /// Record timestamp, milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// Further headers: a dead letter's, or the trace context (`traceparent`,
     /// `tracestate`); empty otherwise, so no allocation.
     pub headers: Vec<(&'static str, Bytes)>,
+}
+
+/// The default placement's header name, shared by every record.
+pub static EVENT_TYPE_HEADER: LazyLock<Arc<str>> =
+    LazyLock::new(|| Arc::from(crate::outbox::event::EVENT_TYPE_HEADER));
+
+/// The default placed headers: `event_type` with the event type.
+pub fn default_placed(event_type: Option<Bytes>) -> Vec<(Arc<str>, Option<Bytes>)> {
+    vec![(EVENT_TYPE_HEADER.clone(), event_type)]
 }
 
 impl KafkaRecord {
@@ -86,6 +104,8 @@ impl KafkaRecord {
             value: event.payload.clone(),
             id: event.id.clone(),
             event_type: event.event_type.clone(),
+            // Filled by the mapping's placements (`ResolvedMapping::headers`).
+            placed: Vec::new(),
             timestamp_ms,
             headers: Vec::new(),
         }
@@ -132,6 +152,7 @@ mod tests {
             payload: b("{\"a\": 1}"),
             timestamp: b("2026-11-29 13:28:54.980104+00"),
             trace_context: None,
+            placed: Vec::new(),
         };
         let ts = RecordTimestamp::Column.millis(ev.timestamp.as_deref(), 0);
         let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), ts);
@@ -179,6 +200,7 @@ mod tests {
             payload: None,
             timestamp: b("not a time"),
             trace_context: None,
+            placed: Vec::new(),
         };
         let ts = RecordTimestamp::Column.millis(ev.timestamp.as_deref(), 1_000_000);
         let r = KafkaRecord::from_event(&ev, &TopicTemplate::default(), ts);

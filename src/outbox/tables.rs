@@ -4,10 +4,13 @@
 //! message (it does before the first change of a relation in a session and after
 //! every schema change), so a renamed or added column is picked up in stream order.
 //! Invariant: a relation is an outbox table only if its `schema.name` is one of the
-//! configured tables; every other relation's rows are ignored.
+//! configured tables; every other relation's rows are ignored. The tables of one
+//! session share one envelope schema cache ([`EnvelopeCache`]), as Debezium's
+//! Outbox Event Router does within its task.
 
 use std::collections::HashMap;
 
+use crate::outbox::connect::EnvelopeCache;
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
 use crate::outbox::routing::TopicTemplate;
 use crate::pg::catalog::TableName;
@@ -30,7 +33,7 @@ pub enum RelationRoute {
     /// Not an outbox table.
     Ignore,
     /// An outbox table, its resolved column mapping and its topic template.
-    Outbox(TableName, ResolvedMapping, TopicTemplate),
+    Outbox(TableName, Box<ResolvedMapping>, TopicTemplate),
     /// An outbox table that lacks a mapped column (renamed or dropped): its rows
     /// are poison (`missing-column`).
     Unmapped(Box<Unmapped>),
@@ -55,6 +58,8 @@ pub struct Unmapped {
 pub struct OutboxTables {
     specs: Vec<TableSpec>,
     routes: HashMap<u32, RelationRoute>,
+    /// Envelope schemas written in this session, shared by every table.
+    envelope_cache: EnvelopeCache,
 }
 
 impl OutboxTables {
@@ -63,6 +68,7 @@ impl OutboxTables {
         Self {
             specs,
             routes: HashMap::new(),
+            envelope_cache: EnvelopeCache::default(),
         }
     }
 
@@ -76,10 +82,12 @@ impl OutboxTables {
         };
         let (route, result) = match self.specs.iter().find(|s| s.table == table) {
             Some(spec) => match spec.mapping.resolve(relation) {
-                Ok(mapping) => (
-                    RelationRoute::Outbox(table, mapping, spec.template.clone()),
-                    Ok(()),
-                ),
+                Ok(mapping) => {
+                    let mapping = mapping.with_envelope_cache(&self.envelope_cache);
+                    let route =
+                        RelationRoute::Outbox(table, Box::new(mapping), spec.template.clone());
+                    (route, Ok(()))
+                }
                 Err(missing) => {
                     let columns: Vec<String> =
                         relation.columns.iter().map(|c| c.name.clone()).collect();

@@ -324,6 +324,29 @@ pub async fn publication_exists(client: &Client, publication: &str) -> Result<bo
         .is_some())
 }
 
+/// The columns of `table` declared `NOT NULL` (empty when the table does not exist:
+/// the relay reports a missing table elsewhere). Kafka Connect schemas mark them
+/// `optional: false`, which pgoutput's Relation message does not carry.
+pub async fn not_null_columns(
+    client: &Client,
+    table: &TableName,
+) -> Result<Vec<String>, CatalogError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_attribute a \
+             JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 \
+             AND NOT a.attisdropped AND a.attnotnull",
+            &[&table.schema, &table.name],
+        )
+        .await
+        .map_err(query_err(format!(
+            "reading the NOT NULL columns of {table}"
+        )))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// The least-privilege setup a DBA runs for a dedicated pgoutbox role, one statement
 /// or comment per element: a `LOGIN REPLICATION` role (placeholder password), `USAGE`
 /// on each schema and `SELECT` on each outbox table. The publication is not granted

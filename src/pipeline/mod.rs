@@ -81,6 +81,8 @@ pub enum OnUpdate {
 pub struct PipelineConfig {
     /// Outbox tables, each with its mapping and topic template.
     pub tables: Vec<TableSpec>,
+    /// How key and value are serialised (converters, envelope, expansion).
+    pub format: crate::outbox::connect::RecordFormat,
     /// UPDATE/DELETE policy.
     pub on_update: OnUpdate,
     /// Poison-row policy (`--on-invalid`, `--dlq-topic`).

@@ -159,6 +159,7 @@ mod tests {
             payload: b(payload),
             timestamp: None,
             trace_context: None,
+            placed: Vec::new(),
         }
     }
 

@@ -144,6 +144,8 @@ pub struct Consumed {
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
     pub headers: HashMap<String, Vec<u8>>,
+    /// Every header in order, a null value as `None`.
+    pub header_list: Vec<(String, Option<Vec<u8>>)>,
     pub timestamp: Option<i64>,
 }
 
@@ -310,19 +312,18 @@ impl Reader {
                 return true; // already read before a rebuild
             }
             *position = m.offset() + 1;
-            let headers = m
+            let header_list: Vec<(String, Option<Vec<u8>>)> = m
                 .headers()
                 .map(|h| {
                     h.iter()
-                        .map(|x| {
-                            (
-                                x.key.to_owned(),
-                                x.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                            )
-                        })
+                        .map(|x| (x.key.to_owned(), x.value.map(<[u8]>::to_vec)))
                         .collect()
                 })
                 .unwrap_or_default();
+            let headers = header_list
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().unwrap_or_default()))
+                .collect();
             self.records.push(Consumed {
                 topic: m.topic().to_owned(),
                 partition: m.partition(),
@@ -330,6 +331,7 @@ impl Reader {
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
                 headers,
+                header_list,
                 timestamp: m.timestamp().to_millis(),
             });
         }

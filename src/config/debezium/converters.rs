@@ -1,82 +1,106 @@
-//! How records were serialised and produced: `key.converter`, `value.converter`,
-//! `header.converter` and `producer.override.*`, compared with what pgoutbox writes
-//! (key as UTF-8 text, value as the payload column's text, headers as UTF-8 text).
+//! How records were serialised: `key.converter`, `value.converter`,
+//! `header.converter` and `producer.override.*`, translated into pgoutbox's
+//! `key_converter` / `value_converter` (StringConverter → `string`, JsonConverter →
+//! `json` or `json-schemas`). A converter the connector does not set is the Connect
+//! worker's: Kafka's default worker configuration is JsonConverter with
+//! `schemas.enable=true`, which the import assumes and says so.
 
 use super::input::{is_class, Config, Notes};
+use crate::outbox::connect::Converter as Format;
 
-pub(super) fn converters(cfg: &mut Config, notes: &mut Notes, expand_json: bool) {
+/// The converters the TOML gets.
+pub(super) struct Converters {
+    pub(super) key: Format,
+    pub(super) value: Format,
+}
+
+pub(super) fn converters(cfg: &mut Config, notes: &mut Notes, expand_json: bool) -> Converters {
     let key = converter_kind(cfg, "key.converter");
-    let msg = |kind: &ConverterKind| match kind {
-        ConverterKind::Absent => Err("not set, so the Connect worker's key.converter applied \
-            (often JsonConverter, which quotes the key); pgoutbox writes the key as plain UTF-8 \
-            text like StringConverter; check the worker: a quoted key hashes to another partition"
-            .to_owned()),
-        ConverterKind::String => Ok("pgoutbox writes the key as UTF-8 text, as StringConverter \
-            does (same bytes, same partition)"
-            .to_owned()),
-        ConverterKind::Json { schemas: true } => Err("Debezium wrote each key in a {\"schema\", \
-            \"payload\"} JSON envelope; pgoutbox writes the plain UTF-8 text, so keys differ \
-            and hash to other partitions (per-key order across the switch-over is not kept)"
-            .to_owned()),
-        ConverterKind::Json { schemas: false } => Err("Debezium wrote each key as a quoted JSON \
-            string; pgoutbox writes the plain UTF-8 text, so keys differ and hash to other \
-            partitions (per-key order across the switch-over is not kept)"
-            .to_owned()),
+    let key_converter = chosen(&key.kind);
+    let msg = match &key.kind {
         ConverterKind::Other(class) => Err(format!(
-            "pgoutbox writes the key as plain UTF-8 text, not in {class}'s format"
+            "pgoutbox cannot write {class}'s format; key_converter = \"string\" writes the \
+                column's text, so keys differ and hash to other partitions"
+        )),
+        kind => Ok(format!(
+            "{}key_converter = \"{}\": the same key bytes, so the same partitions",
+            worker_default(kind),
+            key_converter.name()
         )),
     };
-    note_converter(notes, "key.converter", &key, msg(&key.kind));
+    note_converter(notes, "key.converter", &key, msg);
 
     let value = converter_kind(cfg, "value.converter");
-    let text = "pgoutbox writes the payload column's text as the value";
+    let value_converter = chosen(&value.kind);
     let msg = match &value.kind {
-        ConverterKind::Absent => Err(format!(
-            "not set, so the Connect worker's value.converter applied; {text}, which equals \
-                StringConverter, or JsonConverter with schemas.enable=false and \
-                table.expand.json.payload=true; check the worker"
+        ConverterKind::Other(class) => Err(format!(
+            "pgoutbox cannot write {class}'s format; value_converter = \"string\" writes the \
+                payload column's text{}",
+            if class.ends_with("ByteArrayConverter") || class.ends_with("BinaryDataConverter") {
+                " (a bytea payload arrives as PostgreSQL's \\x hex text)"
+            } else {
+                ""
+            }
         )),
-        ConverterKind::String if !expand_json => Ok(format!("{text}, as StringConverter does")),
-        ConverterKind::String => Err(format!(
-            "with table.expand.json.payload=true StringConverter printed a Connect Struct; {text}"
+        kind => Ok(format!(
+            "{}value_converter = \"{}\"{}",
+            worker_default(kind),
+            value_converter.name(),
+            if expand_json {
+                ", with expand_json_payload (see README: migration)"
+            } else {
+                ""
+            }
         )),
-        ConverterKind::Json { schemas: true } => Err(format!(
-            "Debezium wrapped each value in a {{\"schema\", \"payload\"}} JSON envelope; {text} \
-                alone"
-        )),
-        ConverterKind::Json { schemas: false } if expand_json => Ok(format!(
-            "{text}: the same JSON (spacing as PostgreSQL prints it), as JsonConverter with \
-                schemas.enable=false and table.expand.json.payload=true does"
-        )),
-        ConverterKind::Json { schemas: false } => Err(format!(
-            "with table.expand.json.payload=false Debezium wrote the payload as a quoted, \
-                escaped JSON string; {text}, unquoted"
-        )),
-        ConverterKind::Other(class)
-            if class.ends_with("BinaryDataConverter") || class.ends_with("ByteArrayConverter") =>
-        {
-            Err(format!(
-                "{text}: a bytea payload arrives as PostgreSQL's \\x hex text, not as the raw \
-                    bytes {class} passed on"
-            ))
-        }
-        ConverterKind::Other(class) => Err(format!("{text}, not {class}'s format")),
     };
     note_converter(notes, "value.converter", &value, msg);
 
     let header = converter_kind(cfg, "header.converter");
     let msg = match &header.kind {
-        ConverterKind::Absent => return,
-        ConverterKind::String => Ok("pgoutbox writes header values as UTF-8 text, as this \
-            converter does for strings"
-            .to_owned()),
-        ConverterKind::Other(class) if class.ends_with("SimpleHeaderConverter") => Ok(
-            "pgoutbox writes header values as UTF-8 text, as SimpleHeaderConverter does for strings"
+        ConverterKind::Absent => Ok(
+            "the Connect worker's default SimpleHeaderConverter wrote each header as the \
+            column's text, as pgoutbox does"
                 .to_owned(),
         ),
-        _ => Err("pgoutbox writes header values as plain UTF-8 text".to_owned()),
+        ConverterKind::String => Ok("pgoutbox writes header values as the column's text, as \
+            this converter does for strings"
+            .to_owned()),
+        ConverterKind::Other(class) if class.ends_with("SimpleHeaderConverter") => Ok(
+            "pgoutbox writes header values as the column's text, as SimpleHeaderConverter does \
+                for strings"
+                .to_owned(),
+        ),
+        _ => Err(
+            "pgoutbox writes header values as the column's text (SimpleHeaderConverter), \
+            not in this converter's format"
+                .to_owned(),
+        ),
     };
     note_converter(notes, "header.converter", &header, msg);
+    Converters {
+        key: key_converter,
+        value: value_converter,
+    }
+}
+
+/// pgoutbox's converter for a connector's; `string` where it has no equivalent.
+fn chosen(kind: &ConverterKind) -> Format {
+    match kind {
+        ConverterKind::String | ConverterKind::Other(_) => Format::String,
+        ConverterKind::Json { schemas: false } => Format::Json,
+        ConverterKind::Json { schemas: true } | ConverterKind::Absent => Format::JsonSchemas,
+    }
+}
+
+fn worker_default(kind: &ConverterKind) -> &'static str {
+    match kind {
+        ConverterKind::Absent => {
+            "the Connect worker's converter applied, assumed to be Kafka's default, \
+                JsonConverter with schemas.enable=true (if your worker sets another, add it to \
+                the connector configuration and import again): "
+        }
+        _ => "",
+    }
 }
 
 /// How a converter serialises.

@@ -11,6 +11,7 @@
 //!           Outbox Event Router options                                      router
 //!           converters, producer.override.*                                  converters
 //!           NULL/empty key and route, timestamp, tracing.*                   edges
+//!           what Debezium adds that pgoutbox does not (context headers, …)   differences
 //!           every key no step read                                           leftovers
 //!      ─► TOML text (header listing what behaves differently, then settings) output
 //! ```
@@ -35,6 +36,7 @@
 //! so any "translated" file would route every event somewhere else.
 
 mod converters;
+mod differences;
 mod edges;
 mod input;
 mod leftovers;
@@ -46,7 +48,8 @@ use std::fmt::{self, Write as _};
 
 use serde_json::Value;
 
-use self::converters::{converters, producer_overrides};
+use self::converters::{converters, producer_overrides, Converters};
+use self::differences::{debezium_only_output, logical_name};
 use self::input::{connector_object, Config, Notes};
 use self::leftovers::leftovers;
 use self::output::render;
@@ -257,7 +260,9 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
     let (slot, publication) = slot_and_publication(&mut cfg, &mut notes, other_plugin.as_deref());
     let tables = tables(&mut cfg, &mut notes);
     let routing = routing(&mut cfg, &mut notes, &router);
-    converters(&mut cfg, &mut notes, routing.expand_json);
+    let converters = converters(&mut cfg, &mut notes, routing.expand_json);
+    let logical_name = logical_name(&mut cfg, &mut notes);
+    debezium_only_output(&mut cfg, &mut notes);
     let edges = edges::edges(&mut cfg, &mut notes, &router, &routing);
     let kafka_options = producer_overrides(&mut cfg, &mut notes);
     leftovers(&mut cfg, &mut notes, &router);
@@ -272,6 +277,8 @@ pub fn import(json: &str) -> Result<Imported, ImportError> {
         kafka_options,
         routing,
         edges,
+        converters,
+        logical_name,
     };
     let toml = render(&settings, &notes.0);
     Ok(Imported {
@@ -291,6 +298,8 @@ struct Settings {
     kafka_options: Vec<String>,
     routing: Routing,
     edges: edges::Edges,
+    converters: Converters,
+    logical_name: String,
 }
 
 /// One TOML value and the comment written after it.

@@ -79,6 +79,22 @@ pub(super) fn render(s: &Settings, notes: &[Note]) -> String {
     if let Some(ts) = &r.timestamp {
         out.entry("timestamp_column", ts);
     }
+    out.array(
+        "placement",
+        &r.placements,
+        Some("table.fields.additional.placement"),
+    );
+
+    out.blank();
+    out.comment("Kafka Connect converters (key.converter, value.converter)");
+    out.string("key_converter", s.converters.key.name(), None);
+    out.string("value_converter", s.converters.value.name(), None);
+    out.line(
+        "expand_json_payload",
+        if r.expand_json { "true" } else { "false" },
+        Some("table.expand.json.payload"),
+    );
+    out.string("logical_name", &s.logical_name, Some("topic.prefix"));
     super::edges::render(&mut out, &s.edges);
     out.0
 }

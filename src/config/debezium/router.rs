@@ -11,6 +11,7 @@ use crate::outbox::routing::{
 use super::input::{list, resolved, Config, Notes};
 use super::{Entry, PLACEHOLDER};
 use crate::config::router_keys::{self as keys, RouterKey};
+use crate::outbox::connect::{Place, Placement};
 
 /// Debezium's `route.topic.regex` default: the whole route value is group 1.
 const DEFAULT_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
@@ -25,6 +26,8 @@ pub(super) struct Routing {
     pub(super) payload: Entry,
     pub(super) timestamp: Option<Entry>,
     pub(super) expand_json: bool,
+    /// `placement` items (`none` when Debezium placed no column).
+    pub(super) placements: Vec<String>,
 }
 
 pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Routing {
@@ -68,7 +71,7 @@ pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Rout
     let event_type = column(
         cfg,
         &keys::EVENT_TYPE_COLUMN,
-        "event_type_column (pgoutbox also sends it as header event_type)",
+        "event_type_column (placed in a header only when a placement names it)",
     );
     let payload = column(cfg, &keys::PAYLOAD_COLUMN, "payload_column (record value)");
 
@@ -86,7 +89,7 @@ pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Rout
     let expand_json = cfg
         .get_bool(&k("table.expand.json.payload"))
         .unwrap_or(false);
-    router_options(cfg, notes, router, &id.value, &event_type.value);
+    let placements = router_options(cfg, notes, router);
     Routing {
         route_by,
         topic_template,
@@ -96,6 +99,7 @@ pub(super) fn routing(cfg: &mut Config, notes: &mut Notes, router: &str) -> Rout
         payload,
         timestamp,
         expand_json,
+        placements,
     }
 }
 
@@ -213,14 +217,9 @@ pub(super) fn java_replacement(replacement: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// The router's options other than the columns and the topic.
-pub(super) fn router_options(
-    cfg: &mut Config,
-    notes: &mut Notes,
-    router: &str,
-    id: &str,
-    event_type: &str,
-) {
+/// The router's options other than the columns and the topic; returns the
+/// `placement` items.
+pub(super) fn router_options(cfg: &mut Config, notes: &mut Notes, router: &str) -> Vec<String> {
     let k = |option: &str| format!("transforms.{router}.{option}");
 
     let key = k("table.expand.json.payload");
@@ -229,27 +228,41 @@ pub(super) fn router_options(
             notes.translated(
                 &key,
                 Some(&v),
-                "pgoutbox writes the payload column's text, so JSON is never re-quoted (see \
-                    value.converter)",
+                "expand_json_payload = true: JSON-object payloads become Connect structs (what \
+                    still differs: README, migration)",
             );
         } else {
             notes.ignored(
                 &key,
                 Some(&v),
-                "only matters with JsonConverter (see value.converter)",
+                "expand_json_payload = false, as in pgoutbox",
             );
         }
     }
 
     let key = k("table.fields.additional.placement");
-    if let Some(v) = cfg.get(&key) {
-        for item in list(&v) {
-            let message = placement(&item, id, event_type);
-            match message {
-                Ok(m) => notes.translated(&key, Some(&item), m),
-                Err(m) => notes.unsupported(&key, Some(&item), m),
+    let mut placements = Vec::new();
+    match cfg.get(&key) {
+        Some(v) => {
+            for item in list(&v) {
+                match placement(&item) {
+                    Ok(m) => {
+                        notes.translated(&key, Some(&item), m);
+                        placements.push(item);
+                    }
+                    Err(m) => notes.unsupported(&key, Some(&item), m),
+                }
             }
         }
+        None => notes.translated(
+            &key,
+            None,
+            "Debezium placed no column (records carry header id only): placement = [\"none\"] \
+                (pgoutbox's own default adds header event_type)",
+        ),
+    }
+    if placements.is_empty() {
+        placements.push("none".to_owned());
     }
 
     let key = k("route.tombstone.on.empty.payload");
@@ -307,17 +320,36 @@ pub(super) fn router_options(
             "pgoutbox writes no Connect schema, so no schema version",
         );
     }
-    for option in [
-        "table.fields.additional.error.on.missing",
-        "table.json.payload.null.behavior",
-    ] {
-        let key = k(option);
-        if let Some(v) = cfg.get(&key) {
+    let key = k("table.fields.additional.error.on.missing");
+    if let Some(v) = cfg.get(&key) {
+        if v.eq_ignore_ascii_case("false") {
+            notes.unsupported(
+                &key,
+                Some(&v),
+                "pgoutbox stops on a placed column missing from the table (Debezium's default, \
+                    true); it never leaves the header out",
+            );
+        } else {
             notes.ignored(
                 &key,
                 Some(&v),
-                "no pgoutbox equivalent needed: pgoutbox maps only its own columns and passes \
-                    the payload text as it is",
+                "pgoutbox stops on a missing placed column too",
+            );
+        }
+    }
+    let key = k("table.json.payload.null.behavior");
+    if let Some(v) = cfg.get(&key) {
+        if v.eq_ignore_ascii_case("ignore") {
+            notes.ignored(
+                &key,
+                Some(&v),
+                "pgoutbox's expansion leaves null fields out too",
+            );
+        } else {
+            notes.unsupported(
+                &key,
+                Some(&v),
+                "pgoutbox's expansion leaves null fields out (Debezium's default, ignore)",
             );
         }
     }
@@ -333,33 +365,22 @@ pub(super) fn router_options(
             );
         }
     }
+    placements
 }
 
 /// One `table.fields.additional.placement` item, `column:placement[:alias]`: the note
-/// message, `Ok` when pgoutbox does the same.
-pub(super) fn placement(item: &str, id: &str, event_type: &str) -> Result<String, String> {
-    let mut parts = item.split(':').map(str::trim);
-    let column = parts.next().unwrap_or_default();
-    let place = parts.next().unwrap_or_default();
-    let alias = parts.next().unwrap_or(column);
-    match place {
-        "header" if column == id && alias == "id" => Ok("pgoutbox sends header id too".to_owned()),
-        "header" if column == event_type && alias == "event_type" => {
-            Ok("pgoutbox sends header event_type too".to_owned())
-        }
-        "header" => Err(format!(
-            "pgoutbox sends only headers id and event_type (columns {id} and {event_type}); \
-                header {alias:?} from column {column:?} is not sent"
-        )),
-        "envelope" => Err(format!(
-            "pgoutbox writes the payload alone, without an envelope field {alias:?}"
-        )),
-        "partition" => Err(format!(
-            "pgoutbox partitions by the record key (murmur2), not by column {column:?}"
-        )),
-        _ => Err(format!(
-            "unknown placement {place:?} (expected header, envelope or partition)"
-        )),
+/// message, `Ok` when pgoutbox places it the same way.
+pub(super) fn placement(item: &str) -> Result<String, String> {
+    match Placement::parse(item) {
+        Ok(p) => Ok(match p.place {
+            Place::Header => format!("placement: header {:?} from column {:?}", p.alias, p.column),
+            Place::Envelope => format!(
+                "placement: envelope field {:?} from column {:?} (the value becomes {{\"payload\": \
+                    …, {:?}: …}})",
+                p.alias, p.column, p.alias
+            ),
+        }),
+        Err(e) => Err(format!("not carried over: {}", e.why)),
     }
 }
 

@@ -70,6 +70,13 @@ key_column = "aggregate_id"
 event_type_column = "event_type"
 payload_column = "body"
 timestamp_column = "occurred_at"
+placement = ["event_type:header:eventType"]  # table.fields.additional.placement
+
+# Kafka Connect converters (key.converter, value.converter)
+key_converter = "string"
+value_converter = "json"
+expand_json_payload = true  # table.expand.json.payload
+logical_name = "orders"  # topic.prefix
 
 # Rows Debezium handled its own way (see the notes on stderr)
 on_invalid = ["null-key=deliver"]  # rows with a NULL or empty key are delivered (null / empty Kafka key), as Debezium did
@@ -122,10 +129,10 @@ fn realistic_connector_becomes_the_expected_toml() {
     ));
     // The header lists what behaves differently, each with its reason.
     assert!(toml.contains("\n#   snapshot.mode = initial\n#     pgoutbox never snapshots"));
-    assert!(toml.contains(
-        "\n#   transforms.outbox.table.fields.additional.placement = \
-            event_type:header:eventType\n"
-    ));
+    // Placements are carried over; Debezium's context headers are not.
+    assert!(!toml.contains("#   transforms.outbox.table.fields.additional.placement"));
+    assert!(toml.contains("\n#   extended.headers.enabled (not set)\n"));
+    assert!(toml.contains("__debezium.context.runId"));
     assert!(!toml.contains("#   plugin.name"), "pgoutput is honoured");
 
     let map = parse_toml(toml);
@@ -158,11 +165,12 @@ fn realistic_connector_notes() {
     assert_eq!(kind("snapshot.mode"), NoteKind::Unsupported);
     assert_eq!(
         kind("transforms.outbox.table.fields.additional.placement"),
-        NoteKind::Unsupported
+        NoteKind::Translated
     );
+    assert_eq!(kind("extended.headers.enabled"), NoteKind::Unsupported);
     assert_eq!(kind("heartbeat.interval.ms"), NoteKind::Ignored);
     assert_eq!(kind("tasks.max"), NoteKind::Ignored);
-    assert_eq!(kind("topic.prefix"), NoteKind::Ignored);
+    assert_eq!(kind("topic.prefix"), NoteKind::Translated);
     assert_eq!(
         kind("producer.override.compression.type"),
         NoteKind::Translated
@@ -271,13 +279,15 @@ fn minimal_connector_writes_debezium_defaults() {
     assert!(slot
         .message
         .contains("pg_drop_replication_slot('debezium')"));
-    // Converters left to the worker are flagged for review.
-    assert_eq!(note(&imported, "key.converter").value, NOT_SET);
-    assert_eq!(note(&imported, "key.converter").kind, NoteKind::Unsupported);
-    assert_eq!(
-        note(&imported, "value.converter").kind,
-        NoteKind::Unsupported
-    );
+    // Converters left to the worker: Kafka's worker default, said so.
+    let key = note(&imported, "key.converter");
+    assert_eq!(key.value, NOT_SET);
+    assert_eq!(key.kind, NoteKind::Translated);
+    assert!(key.message.contains("schemas.enable=true"), "{key}");
+    assert_eq!(map["key_converter"], s("json-schemas"));
+    assert_eq!(map["value_converter"], s("json-schemas"));
+    // Without placements Debezium sent header id only.
+    assert_eq!(map["placement"], arr(&["none"]));
 }
 
 #[test]
@@ -472,24 +482,56 @@ fn ipv6_hosts_are_bracketed() {
 }
 
 #[test]
-fn converters_that_change_bytes_are_unsupported() {
+fn converters_become_key_and_value_converters() {
     let json_keys = import(&minimal(
         r#", "key.converter": "org.apache.kafka.connect.json.JsonConverter", "key.converter.schemas.enable": "false",
            "value.converter": "org.apache.kafka.connect.json.JsonConverter""#,
     ))
     .unwrap();
-    let key = note(&json_keys, "key.converter");
-    assert_eq!(key.kind, NoteKind::Unsupported);
-    assert!(key.message.contains("quoted JSON string"));
-    let value = note(&json_keys, "value.converter");
-    assert_eq!(value.kind, NoteKind::Unsupported);
-    assert!(value.message.contains("envelope"));
+    let map = parse_toml(&json_keys.toml);
+    assert_eq!(map["key_converter"], s("json"));
+    // JsonConverter's own schemas.enable default is true.
+    assert_eq!(map["value_converter"], s("json-schemas"));
+    assert_eq!(note(&json_keys, "key.converter").kind, NoteKind::Translated);
+    assert_eq!(
+        note(&json_keys, "value.converter").kind,
+        NoteKind::Translated
+    );
 
     let strings = import(&minimal(
         r#", "value.converter": "org.apache.kafka.connect.storage.StringConverter""#,
     ))
     .unwrap();
     assert_eq!(note(&strings, "value.converter").kind, NoteKind::Translated);
+    assert_eq!(parse_toml(&strings.toml)["value_converter"], s("string"));
+
+    let avro = import(&minimal(
+        r#", "value.converter": "io.confluent.connect.avro.AvroConverter""#,
+    ))
+    .unwrap();
+    let value = note(&avro, "value.converter");
+    assert_eq!(value.kind, NoteKind::Unsupported);
+    assert!(value.message.contains("AvroConverter"), "{value}");
+    assert_eq!(parse_toml(&avro.toml)["value_converter"], s("string"));
+}
+
+#[test]
+fn placements_are_carried_over_and_partition_is_not() {
+    let imported = import(&minimal(
+        r#", "transforms.outbox.table.fields.additional.placement": "type:header:eventType,tenant:envelope,region:partition""#,
+    ))
+    .unwrap();
+    let map = parse_toml(&imported.toml);
+    assert_eq!(
+        map["placement"],
+        arr(&["type:header:eventType", "tenant:envelope"])
+    );
+    let partition = imported
+        .notes
+        .iter()
+        .find(|n| n.value == "region:partition")
+        .expect("a note for the partition placement");
+    assert_eq!(partition.kind, NoteKind::Unsupported);
 }
 
 #[test]

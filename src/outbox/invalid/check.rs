@@ -131,6 +131,7 @@ pub(super) mod tests {
             value: Some(Bytes::from_static(value.as_bytes())),
             id: Some(Bytes::from_static(b"e1")),
             event_type: Some(Bytes::from_static(b"Created")),
+            placed: crate::outbox::record::default_placed(Some(Bytes::from_static(b"Created"))),
             timestamp_ms: 7,
             headers: Vec::new(),
         }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::{Cause, Invalid};
 use crate::outbox::event::MissingColumn;
-use crate::outbox::record::KafkaRecord;
+use crate::outbox::record::{default_placed, KafkaRecord};
 use crate::pg::pgoutput::{ColumnValue, TupleData};
 
 /// Header names of a dead-letter record (besides the usual `id` and `event_type`).
@@ -75,6 +75,7 @@ pub fn dead_letter(
         value,
         id: record.id.clone(),
         event_type: record.event_type.clone(),
+        placed: record.placed.clone(),
         timestamp_ms: record.timestamp_ms,
         headers,
     }
@@ -113,6 +114,7 @@ pub fn unmapped_row(
         value: Some(Bytes::from(value)),
         id,
         event_type: None,
+        placed: default_placed(None),
         timestamp_ms: commit_ms,
         headers: Vec::new(),
     }
@@ -146,6 +148,7 @@ pub fn refused_by_broker(refusal: BrokerRefusal<'_>) -> (KafkaRecord, Invalid) {
         key: refusal.key,
         value: None,
         id: Some(Bytes::from(refusal.event_id.to_owned())),
+        placed: default_placed(refusal.event_type.clone()),
         event_type: refusal.event_type,
         timestamp_ms: refusal.commit_ms,
         headers: Vec::new(),

@@ -275,7 +275,8 @@ impl<'a> Relay<'a> {
                 let event = mapping.event(&insert.tuple);
                 let stamp = self.cfg.record_timestamp;
                 let timestamp_ms = stamp.millis(event.timestamp.as_deref(), commit_time);
-                let record = KafkaRecord::from_event(&event, template, timestamp_ms);
+                let mut record = KafkaRecord::from_event(&event, template, timestamp_ms);
+                record.placed = mapping.headers(&event);
                 let route = event.route_value.as_deref();
                 let unchecked = mapping.payload_unchecked();
                 match invalid::diagnose(&record, route, template, unchecked, &self.cfg.invalid) {
@@ -286,7 +287,10 @@ impl<'a> Relay<'a> {
                             lsn,
                             verdict,
                         };
-                        let record = self.finish(record, &event, mapping, row);
+                        let mut record = self.finish(record, &event, mapping, row);
+                        // Converters run after the checks, which read the raw text (a
+                        // delivered NULL key becomes JsonConverter's `null` here).
+                        self.cfg.format.encode(&mut record, &event, mapping);
                         return self.send(sink, record, no, Origin::default());
                     }
                 }

@@ -61,6 +61,7 @@ fn config() -> PipelineConfig {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        format: crate::outbox::connect::RecordFormat::default(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         record_timestamp: Default::default(),
