@@ -23,6 +23,8 @@ pub const PARTITIONS: u32 = 6;
 
 /// `created_at` of every golden row, ms since the Unix epoch (2026-12-01 10:00:00Z).
 pub const CREATED_AT_MS: i64 = 1_796_119_200_000;
+/// 2000-01-01 (PostgreSQL's epoch) in Unix milliseconds.
+const PG_EPOCH_UNIX_MS: i64 = 946_684_800_000;
 
 /// Debezium's context headers, which pgoutbox does not write.
 pub const CONTEXT_HEADERS: [&str; 4] = [
@@ -208,7 +210,15 @@ pub fn encode(
         t("2026-12-01 10:00:00+00"),
     ]);
     let event = mapping.event(&tuple);
-    let mut record = KafkaRecord::from_event(&event, &spec.template, 0);
+    // The stamp as the imported `record_timestamp` makes it, for a row committed
+    // at its `created_at` (the golden rows' fixed value): the bytes are what these
+    // comparisons are about; `relay` checks the real stamp of a real commit.
+    let committed_at = (CREATED_AT_MS - PG_EPOCH_UNIX_MS) * 1000;
+    let stamp = cfg
+        .pipeline
+        .record_timestamp
+        .millis(event.timestamp.as_deref(), committed_at);
+    let mut record = KafkaRecord::from_event(&event, &spec.template, stamp);
     record.placed = mapping.headers(&event);
     let invalid = invalid::check(&record, mapping.payload_unchecked());
     cfg.pipeline.format.encode(&mut record, &event, mapping);

@@ -3,7 +3,9 @@
 //! (topics of 6 partitions), a consumer reads them back, and every record is
 //! compared with Debezium's: topic, partition (as the broker stored it), key,
 //! value, headers in order (but Debezium's `__debezium.context.*`), and the
-//! timestamp (`created_at`, where Debezium stamps its processing time).
+//! timestamp the imported `record_timestamp` gives (`created_at` when the connector
+//! named a timestamp column, else the commit time; Debezium stamps its processing
+//! time).
 //!
 //! Configurations: (a) StringConverter, (b) JsonConverter without schemas, (c) the
 //! worker default (JsonConverter with schemas), each with
@@ -144,7 +146,13 @@ async fn relay_matches_debezium(name: &str) {
     .map(String::from)
     .to_vec();
     let _relay = start_relay(&args);
+    let before = unix_ms();
     insert_rows(&db, &rows, &tables).await;
+    let stamps = if imported.toml.contains("record_timestamp = \"commit\"") {
+        Stamps::CommitBetween(before, unix_ms())
+    } else {
+        Stamps::CreatedAt
+    };
 
     let topics: Vec<String> = TOPICS.iter().map(|t| (*t).to_owned()).collect();
     let mut reader = Reader::new(&broker.addr(), &topics);
@@ -159,7 +167,7 @@ async fn relay_matches_debezium(name: &str) {
             .find(|r| r.id() == id)
             .unwrap_or_else(|| panic!("{}: not delivered", row.label));
         let golden = golden_record(&doc, &row.label);
-        assert_same(name, &row.label, golden, ours);
+        assert_same(name, &row.label, golden, ours, stamps);
     }
 }
 
@@ -179,7 +187,7 @@ fn golden_record<'a>(doc: &'a Value, label: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no golden record for {label}"))
 }
 
-fn assert_same(name: &str, label: &str, golden: &Value, ours: &Consumed) {
+fn assert_same(name: &str, label: &str, golden: &Value, ours: &Consumed, stamps: Stamps) {
     let what = format!("{name}, row {label}");
     assert_eq!(golden["topic"], ours.topic.as_str(), "{what}: topic");
     assert_eq!(
@@ -195,11 +203,27 @@ fn assert_same(name: &str, label: &str, golden: &Value, ours: &Consumed) {
     );
     let theirs = fixtures::golden_headers(golden);
     assert_eq!(theirs, ours.header_list, "{what}: headers");
-    assert_eq!(
-        ours.timestamp,
-        Some(CREATED_AT_MS),
-        "{what}: timestamp = created_at"
-    );
+    let stamp = ours.timestamp.expect("a timestamp");
+    match stamps {
+        Stamps::CreatedAt => assert_eq!(stamp, CREATED_AT_MS, "{what}: timestamp = created_at"),
+        Stamps::CommitBetween(from, to) => assert!(
+            (from..=to).contains(&stamp),
+            "{what}: timestamp {stamp} = the commit time, within the test's [{from}, {to}]"
+        ),
+    }
+}
+
+/// What the imported `record_timestamp` makes the records' timestamps.
+#[derive(Clone, Copy)]
+enum Stamps {
+    CreatedAt,
+    /// Unix ms: the rows were committed in this window.
+    CommitBetween(i64, i64),
+}
+
+fn unix_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(now.expect("clock").as_millis()).expect("ms")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
