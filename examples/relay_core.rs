@@ -69,6 +69,7 @@ fn main() {
         max_in_flight_bytes: usize::MAX,
         drain_timeout: Duration::from_secs(1),
         status_interval: Duration::from_millis(100),
+        stall_timeout: Some(Duration::from_secs(60)),
     };
     let mut relay = Relay::new(&cfg, 1, Arc::new(Metrics::default()));
     let mut sink = AckLater(Vec::with_capacity(k as usize));

@@ -25,6 +25,7 @@ mod run;
 mod security;
 mod slot_safety;
 mod sql_helpers;
+mod stall;
 mod tail;
 mod tls;
 mod tls_auth;

@@ -50,6 +50,9 @@ pub enum PipelineError {
     /// Internal accounting error (a bug).
     #[error("delivery accounting: {0}")]
     Tracker(#[from] UnknownTxn),
+    /// The oldest in-flight record got no ack within `--stall-timeout`.
+    #[error("{0}; the producer is replaced and the session resumes from the slot (if Kafka is just slow, raise --stall-timeout)")]
+    Stalled(Box<super::stall::Stall>),
     /// The confirmed LSN could not be persisted, so it is not confirmed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -62,6 +65,7 @@ impl PipelineError {
             PipelineError::Pg(e) => e.is_transient(),
             PipelineError::StreamClosed => true,
             PipelineError::Delivery(e) => !e.permanent,
+            PipelineError::Stalled(_) => true,
             _ => false,
         }
     }

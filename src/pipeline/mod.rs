@@ -19,6 +19,8 @@
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;
 //! - `tag.rs`: [`tag::DeliveryTag`], (generation, transaction) packed into the
 //!   delivery opaque;
+//! - `stall.rs`: [`stall::StallWatch`], how long the oldest in-flight transaction
+//!   has gone without an ack (`--stall-timeout`);
 //! - `error.rs`: [`PipelineError`]; `progress.rs`: operator log lines;
 //!   `latency.rs`: the commit → ack histogram.
 //!
@@ -49,6 +51,7 @@ mod progress;
 pub mod relay;
 mod session;
 pub mod sink;
+pub mod stall;
 pub mod tag;
 pub mod tracker;
 
@@ -93,6 +96,9 @@ pub struct PipelineConfig {
     pub drain_timeout: Duration,
     /// How often the confirmed LSN is pushed to the server when it moved.
     pub status_interval: Duration,
+    /// How long the oldest in-flight record may go without progress before the
+    /// session ends as stalled (`--stall-timeout`; `None`: never).
+    pub stall_timeout: Option<Duration>,
 }
 
 /// Counters of one session.

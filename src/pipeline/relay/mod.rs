@@ -23,11 +23,13 @@
 //! itself: records go straight to the sink.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::error::PipelineError;
 use super::sink::Sink;
+use super::stall::{RecordRef, Stall, StallWatch};
 use super::tag::DeliveryTag;
 use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
@@ -63,6 +65,10 @@ pub struct Relay<'a> {
     decoder: Decoder,
     tables: OutboxTables,
     tracker: AckTracker,
+    /// Progress of the transactions in flight (`--stall-timeout`).
+    watch: StallWatch,
+    /// WAL position of the message being handled.
+    at: Lsn,
     txn: Option<Txn>,
     pending: Option<Pending>,
     draining: bool,
@@ -81,6 +87,8 @@ impl<'a> Relay<'a> {
             decoder: Decoder::new(),
             tables: OutboxTables::new(cfg.tables.clone()),
             tracker: AckTracker::new(),
+            watch: StallWatch::default(),
+            at: Lsn::INVALID,
             txn: None,
             pending: None,
             draining: false,
@@ -127,12 +135,19 @@ impl<'a> Relay<'a> {
                 let latency = timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
                 self.stats.latency.record_micros(latency);
                 self.metrics.observe_latency_micros(latency);
+                self.metrics.acked();
             }
             // The refused record counts as done once its dead letter (if any) is in
             // flight, so the transaction cannot complete before the letter is acked.
             Err(err) => self.on_refused(sink, err, txn, delivery.size)?,
         }
-        self.tracker.acked(txn, delivery.size)?;
+        self.done(txn, delivery.size)
+    }
+
+    /// A record of `txn` is done (acked, or refused and handled as poison).
+    fn done(&mut self, txn: u64, size: usize) -> Result<(), PipelineError> {
+        self.tracker.acked(txn, size)?;
+        self.watch.progress(txn, Instant::now());
         Ok(())
     }
 
@@ -178,6 +193,11 @@ impl<'a> Relay<'a> {
         self.reported = self.reported.max(lsn);
     }
 
+    /// The last LSN the caller persisted and confirmed (what the server holds).
+    pub fn last_reported(&self) -> Lsn {
+        self.reported
+    }
+
     /// The confirmable LSN (the tracker's low-water mark).
     pub fn confirmed(&self) -> Lsn {
         self.tracker.confirmed()
@@ -193,6 +213,27 @@ impl<'a> Relay<'a> {
         self.pending.is_some()
     }
 
+    /// The oldest transaction with records in flight, when it has made no progress
+    /// for `--stall-timeout` at `now` (never while draining: the drain deadline
+    /// bounds that wait). Also returns the age of the oldest one, stalled or not.
+    pub fn stalled(&mut self, now: Instant) -> (Option<Stall>, std::time::Duration) {
+        let tracker = &self.tracker;
+        let Some((record, age)) = self.watch.oldest(now, |t| tracker.outstanding(t) > 0) else {
+            return (None, std::time::Duration::ZERO);
+        };
+        let stall = self
+            .cfg
+            .stall_timeout
+            .filter(|timeout| age >= *timeout && !self.draining)
+            .map(|timeout| Stall {
+                record: record.clone(),
+                age,
+                timeout,
+                in_flight: tracker.in_flight_records(),
+            });
+        (stall, age)
+    }
+
     /// Counters so far (`confirmed` and `drain_timed_out` are the session's to set).
     pub fn stats(&self) -> &SessionStats {
         &self.stats
@@ -204,6 +245,7 @@ impl<'a> Relay<'a> {
         lsn: Lsn,
         data: Bytes,
     ) -> Result<(), PipelineError> {
+        self.at = lsn;
         let message = self
             .decoder
             .decode(data)
@@ -263,7 +305,12 @@ impl<'a> Relay<'a> {
                 let event = mapping.event(&insert.tuple);
                 let record = KafkaRecord::from_event(&event, template, commit_time);
                 match invalid::check(&record, mapping.payload_unchecked()) {
-                    None => return self.send(sink, record, no, Origin::default()),
+                    None => {
+                        let at = self.at;
+                        self.watch
+                            .sent(no, Instant::now(), || first(&record, table, at));
+                        return self.send(sink, record, no, Origin::default());
+                    }
                     Some(invalid) => (record, invalid, table),
                 }
             }
@@ -344,8 +391,7 @@ impl<'a> Relay<'a> {
                     reason: err.reason.clone(),
                 };
                 self.poison(sink, invalid, record, txn, origin)?;
-                self.tracker.acked(txn, size)?;
-                Ok(())
+                self.done(txn, size)
             }
             Err(SendError::Refused(err)) => Err(err.into()),
         }
@@ -417,7 +463,20 @@ impl<'a> Relay<'a> {
             return Ok(());
         }
         let letter = invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
+        let (table, at) = (origin.table.as_deref().unwrap_or(""), self.at);
+        self.watch
+            .sent(txn, Instant::now(), || first(&letter, table, at));
         self.send(sink, letter, txn, origin)
+    }
+}
+
+/// What names `record`, the first of its transaction, in a stall report.
+fn first(record: &KafkaRecord, table: &(impl std::fmt::Display + ?Sized), lsn: Lsn) -> RecordRef {
+    RecordRef {
+        topic: record.topic.clone(),
+        table: table.to_string(),
+        lsn,
+        event_id: record.id.clone(),
     }
 }
 
