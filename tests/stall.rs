@@ -16,9 +16,14 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
+use pgoutbox::ops::status::status;
+use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};
-use support::workload::{http_get, read_all, start_run, topics, write_events, Workload};
+use support::workload::{
+    current_lsn, http_get, read_all, start_run, topics, write_events, Workload,
+};
 use support::{wait_for, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 const STALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,9 +67,9 @@ fn print_stall_lines(relay: &Pgoutbox) {
     }
 }
 
-/// The relay, its first events delivered (the topic exists, the producer holds a
-/// producer id), and a reader positioned after them.
-async fn relaying(db: &TestDb<'_>, broker: &Broker, rng: &mut Rng) -> Pgoutbox {
+/// The relay and its first events, delivered (the topic exists, the producer holds
+/// a producer id).
+async fn relaying(db: &TestDb<'_>, broker: &Broker, rng: &mut Rng) -> (Pgoutbox, Ledger) {
     let timeout = format!("{}s", STALL_TIMEOUT.as_secs());
     let relay = start_run(db, &broker.addr(), &["--stall-timeout", &timeout]);
     let mut first = Ledger::default();
@@ -75,7 +80,7 @@ async fn relaying(db: &TestDb<'_>, broker: &Broker, rng: &mut Rng) -> Pgoutbox {
         "the first events did not arrive; relay:\n{}",
         relay.stderr()
     );
-    relay
+    (relay, first)
 }
 
 /// Write `n` events while the Kafka link is black-holed, and wait until the relay
@@ -89,7 +94,7 @@ async fn write_in_flight(db: &TestDb<'_>, relay: &Pgoutbox, rng: &mut Rng, n: us
     ledger
 }
 
-/// Every event of `ledger` (and of `after`) is in Kafka, in order per key.
+/// Every event of `ledger` is in Kafka, in order per key, nothing else.
 fn assert_delivered(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger, relay: &Pgoutbox) {
     let mut reader = Reader::new(&broker.addr(), &topics(db, WORKLOAD.types));
     assert!(
@@ -108,7 +113,8 @@ async fn broker_restart_with_records_in_flight_is_reported_and_recovered() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::start();
     let mut rng = Rng::new(1101);
-    let relay = relaying(&db, &broker, &mut rng).await;
+    // The restarted broker forgets these: only later events are checked.
+    let (relay, _) = relaying(&db, &broker, &mut rng).await;
     // Records in flight at the moment the broker restarts: hold the link, write,
     // restart the broker (it forgets topics and producer ids), let the link go.
     broker.kill();
@@ -126,6 +132,73 @@ async fn broker_restart_with_records_in_flight_is_reported_and_recovered() {
     eprintln!(
         "FIGURES broker restart: stall reported {detected:?} after the restart \
          (--stall-timeout {STALL_TIMEOUT:?}), all {} events delivered {recovered:?} after it, lost 0",
+        ledger.len()
+    );
+}
+
+/// The lag gauge and `pgoutbox status` (same definition: WAL position − the slot's
+/// `confirmed_flush_lsn`) agree: the same confirmed LSN, and a gauge lag at least
+/// what the waiting events' WAL holds and at most what `status` read after it.
+async fn assert_lag_agrees_with_status(db: &TestDb<'_>, relay: &Pgoutbox, written: Lsn) -> u64 {
+    let info = ConnInfo::parse_with_env(&db.url(), &|_| None).unwrap();
+    let start = Instant::now();
+    loop {
+        let gauge = metric(relay, "pgoutbox_slot_lag_bytes") as u64;
+        let confirmed = Lsn(metric(relay, "pgoutbox_confirmed_lsn") as u64);
+        let shown = status(&info, &db.name).await.unwrap();
+        let (status_confirmed, status_lag) = (shown.confirmed_flush_lsn, shown.lag_bytes);
+        let floor = written.bytes_since(confirmed);
+        if status_confirmed == Some(confirmed)
+            && status_lag.is_some_and(|lag| floor <= gauge && gauge <= lag)
+        {
+            return gauge;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "lag gauge {gauge} at confirmed {confirmed} vs status {shown:?} (events written up to {written})"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_kafka_link_is_a_stall_on_readyz_and_the_lag_gauge_matches_status() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start();
+    let mut rng = Rng::new(1102);
+    let (relay, mut ledger) = relaying(&db, &broker, &mut rng).await;
+    broker.proxy().blackhole(true);
+    let held = Instant::now();
+    let waiting = write_in_flight(&db, &relay, &mut rng, 3).await;
+    ledger.committed.extend(waiting.committed);
+    let written = current_lsn(&db);
+    let lag = assert_lag_agrees_with_status(&db, &relay, written).await;
+    assert!(lag > 0, "events wait: the lag gauge must show them");
+    wait_log(&relay, "no kafka ack for the oldest in-flight record");
+    let detected = held.elapsed();
+    // The replaced producer meets the same black hole: no ack, still stalled.
+    let ready = http_get(&relay, "/readyz");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("stalled: no kafka ack for"),
+        "{ready}"
+    );
+    assert!(metric(&relay, "pgoutbox_stalls_total") >= 1.0);
+    assert!(metric(&relay, "pgoutbox_oldest_in_flight_age_seconds") > 0.0);
+    broker.proxy().blackhole(false);
+    let lifted = Instant::now();
+    write_events(&db.client().await, &mut rng, &mut ledger, &WORKLOAD, 10).await;
+    assert_delivered(&broker, &db, &ledger, &relay);
+    let recovered = lifted.elapsed();
+    wait_for("/readyz 200 after the first ack", WAIT, || {
+        http_get(&relay, "/readyz")
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    });
+    print_stall_lines(&relay);
+    eprintln!(
+        "FIGURES black-holed link: stall reported {detected:?} after the link was held \
+         (--stall-timeout {STALL_TIMEOUT:?}), lag gauge {lag} bytes (between the waiting events and status), all {} events \
+         delivered {recovered:?} after the link came back, lost 0",
         ledger.len()
     );
 }
