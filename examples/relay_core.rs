@@ -63,6 +63,7 @@ fn main() {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         max_in_flight_records: usize::MAX,

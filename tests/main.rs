@@ -29,3 +29,4 @@ mod stall;
 mod tail;
 mod tls;
 mod tls_auth;
+mod unmapped;

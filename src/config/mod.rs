@@ -240,6 +240,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
     }
     let pipeline = PipelineConfig {
         tables: routing.specs(&source.tables),
+        publication: source.publication.clone(),
         on_update: match args.on_update {
             OnUpdateArg::Ignore => OnUpdate::Ignore,
             OnUpdateArg::Warn => OnUpdate::Warn,

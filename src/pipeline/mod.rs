@@ -84,6 +84,8 @@ pub enum OnUpdate {
 pub struct PipelineConfig {
     /// Outbox tables, each with its mapping and topic template.
     pub tables: Vec<TableSpec>,
+    /// The publication (named in the fix when it publishes another table).
+    pub publication: String,
     /// UPDATE/DELETE policy.
     pub on_update: OnUpdate,
     /// Poison-row policy (`--on-invalid`, `--dlq-topic`).

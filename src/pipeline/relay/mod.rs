@@ -38,6 +38,7 @@ use crate::metrics::Metrics;
 use crate::outbox::invalid::{self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
+use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{Decoder, Insert, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
@@ -300,7 +301,7 @@ impl<'a> Relay<'a> {
         let Some(txn) = &self.txn else { return Ok(()) };
         let (no, commit_time) = (txn.no, txn.commit_time);
         let (record, invalid, table) = match route {
-            RelationRoute::Ignore => return Ok(()),
+            RelationRoute::NotOutbox(table) => return Err(self.unmapped(table, lsn)),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
                 let record = KafkaRecord::from_event(&event, template, commit_time);
@@ -327,11 +328,29 @@ impl<'a> Relay<'a> {
         self.poison(sink, invalid, record, no, origin)
     }
 
+    /// A row of a published table the relay does not map: passing it would confirm
+    /// it unsent, so the session stops before its transaction can be confirmed.
+    fn unmapped(&self, table: &TableName, lsn: Lsn) -> PipelineError {
+        let tables: Vec<String> = self
+            .cfg
+            .tables
+            .iter()
+            .map(|t| t.table.to_string())
+            .collect();
+        PipelineError::UnmappedTable {
+            table: table.clone(),
+            lsn,
+            tables: tables.join(","),
+            publication: self.cfg.publication.clone(),
+        }
+    }
+
     fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
         let table = match self.tables.route(relid) {
             Some(RelationRoute::Outbox(table, _, _)) => table,
             Some(RelationRoute::Unmapped(u)) => &u.table,
-            _ => return Ok(()),
+            Some(RelationRoute::NotOutbox(table)) => return Err(self.unmapped(table, lsn)),
+            None => return Ok(()),
         };
         match self.cfg.on_update {
             OnUpdate::Ignore => Ok(()),

@@ -58,6 +58,7 @@ fn config() -> PipelineConfig {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         max_in_flight_records: 100,
