@@ -127,7 +127,7 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
     );
     let fix = other.fix.as_deref().unwrap_or_default();
     assert!(fix.contains("add --table public.orders"), "{fix}");
-    let sql = fix.split("stop publishing it: ").nth(1).expect("the SQL");
+    let sql = fix.split(" with: ").nth(1).expect("the SQL");
     assert_eq!(
         sql,
         "ALTER PUBLICATION \"pgoutbox\" DROP TABLE \"public\".\"orders\";"

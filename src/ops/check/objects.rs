@@ -315,7 +315,8 @@ fn other_tables_check(
             shown.join(", ")
         ),
         format!(
-            "relay it too (add --table {}), or stop publishing it: ALTER PUBLICATION {} DROP TABLE {};",
+            "relay it too (add --table {}), or stop publishing it — if `pgoutbox run` already \
+             stopped at its rows, first pass those as its message says — with: ALTER PUBLICATION {} DROP TABLE {};",
             shown.join(" --table "),
             quote_ident(name),
             quoted.join(", ")

@@ -466,3 +466,29 @@ fn an_ack_of_the_oldest_transaction_restarts_its_clock_and_a_drain_or_zero_disab
         .stalled(std::time::Instant::now() + Duration::from_secs(3600));
     assert!(stall.is_none() && age >= Duration::from_secs(3599));
 }
+
+#[test]
+fn a_row_of_a_published_table_that_is_not_an_outbox_table_stops_the_session() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    let orders = Relation::text_columns(RELID + 1, "orders", &["id", "note"]);
+    h.wal(PgOutputMessage::Relation(orders)).unwrap();
+    h.begin();
+    let mut insert = row("o1", Some("k"));
+    if let PgOutputMessage::Insert(i) = &mut insert {
+        i.relation_id = RELID + 1;
+    }
+    let err = h.wal(insert).unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::UnmappedTable { table, .. } if table.to_string() == "public.orders"),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    let text = err.to_string();
+    assert!(text.contains("add --table public.orders"), "{text}");
+    assert!(
+        text.contains("ALTER PUBLICATION \"pgoutbox\" DROP TABLE \"public\".\"orders\";"),
+        "{text}"
+    );
+    assert_eq!(h.relay.confirmed(), Lsn(0), "nothing confirmed past it");
+}
