@@ -133,6 +133,8 @@ pub struct SourceArgs {
     pub publication: String,
 
     /// Outbox table as schema.table; repeat the flag (or comma-separate the env var) for several.
+    /// `run` relays every table of the publication, so each must be listed: a row of
+    /// any other published table stops it (`check` reports such tables).
     #[arg(
         long = "table",
         env = "PGOUTBOX_TABLE",

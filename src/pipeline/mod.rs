@@ -28,8 +28,9 @@
 //! 1. shutdown — stop reading WAL and drain what is in flight;
 //! 2. delivery reports — they free window space and move the low-water mark;
 //! 3. the status timer — persist the confirmable LSN to the state file, then push it
-//!    to the server; retry a record that met a full producer queue; enforce the drain
-//!    deadline;
+//!    to the server; end the session when the oldest in-flight record went
+//!    `--stall-timeout` without an ack; retry a record that met a full producer
+//!    queue; enforce the drain deadline;
 //! 4. new WAL — only while under the in-flight caps and with no record waiting.
 //!
 //! Invariants: records are produced in WAL order; the confirmed LSN is only ever the
@@ -39,7 +40,8 @@
 //! only from the status tick or the end of [`Session::run`] (acks, commits and
 //! keepalives merely move the tracker), so after any crash the slot is never ahead
 //! of the state file; any delivery failure ends the session without confirming past
-//! the failed record; memory is bounded by the in-flight caps, not by transaction
+//! the failed record, and so does a stall or a row of a published table that is not
+//! an outbox table; memory is bounded by the in-flight caps, not by transaction
 //! size or backlog; a drained shutdown flushes the producer before the final
 //! confirmation.
 //!

@@ -10,6 +10,7 @@
 //!  on_delivery(tag)  ─┴▶ AckTracker (per transaction) ──────▶ to_report(): LSN to persist
 //!  retry_pending()   ─▶ the record that met a full queue        then confirm
 //!  start_drain()     ─▶ stop reading WAL                      can_read(), is_drained()
+//!  sends and acks    ─▶ StallWatch ────────────────────────▶ stalled(now)
 //! ```
 //!
 //! Invariants: records reach the sink in WAL order (a record that met a full queue
@@ -19,8 +20,10 @@
 //! contiguous low-water mark, or a keepalive's WAL end while no transaction is open
 //! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
-//! session's generation changes nothing. No allocation per event beyond the record
-//! itself: records go straight to the sink.
+//! session's generation changes nothing; a row (insert, update or delete) of a
+//! published table that is not an outbox table is an error, never passed. No
+//! allocation per event beyond the record itself (records go straight to the sink)
+//! and what names a transaction's first record for a stall report.
 
 use std::sync::Arc;
 use std::time::Instant;
