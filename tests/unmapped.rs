@@ -7,8 +7,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use pgoutbox::ops::check::{check, CheckInput};
 use pgoutbox::pg::catalog::TableName;
 use pgoutbox::pg::conninfo::ConnInfo;
@@ -153,7 +151,7 @@ fn tail_warns_about_a_published_table_it_does_not_show() {
         lines[0].contains("00000000-0000-4000-8000-000000000003"),
         "{lines:?}"
     );
-    wait_for("tail's warning", Duration::from_secs(5), || {
+    wait_for("tail's warning", WAIT, || {
         tail.stderr()
             .contains("publishes table public.orders, which is not an outbox table (--table)")
             .then_some(())
