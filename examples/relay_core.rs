@@ -64,6 +64,7 @@ fn main() {
             template: TopicTemplate::default(),
         }],
         format: pgoutbox::outbox::connect::RecordFormat::default(),
+        publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         record_timestamp: Default::default(),
@@ -71,6 +72,7 @@ fn main() {
         max_in_flight_bytes: usize::MAX,
         drain_timeout: Duration::from_secs(1),
         status_interval: Duration::from_millis(100),
+        stall_timeout: Some(Duration::from_secs(60)),
     };
     let mut relay = Relay::new(&cfg, 1, Arc::new(Metrics::default()));
     let mut sink = AckLater(Vec::with_capacity(k as usize));

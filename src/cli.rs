@@ -140,6 +140,8 @@ pub struct SourceArgs {
     pub publication: String,
 
     /// Outbox table as schema.table; repeat the flag (or comma-separate the env var) for several.
+    /// `run` relays every table of the publication, so each must be listed: a row of
+    /// any other published table stops it (`check` reports such tables).
     #[arg(
         long = "table",
         env = "PGOUTBOX_TABLE",
@@ -494,6 +496,16 @@ pub struct RunArgs {
     /// (unconfirmed records are resent after restart).
     #[arg(long, env = "PGOUTBOX_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_timeout: std::time::Duration,
+
+    /// When the oldest in-flight record has had no Kafka ack for this long, say so
+    /// (WARN naming the record, /readyz 503, pgoutbox_stalls_total) and recover:
+    /// replace the producer and resume from the slot (nothing confirmed past the
+    /// record, so nothing is lost). Catches a producer that retries forever without
+    /// succeeding, e.g. under a producer id a restarted broker no longer knows.
+    /// Keep it above librdkafka's request.timeout.ms (30 s), so a slow broker's
+    /// retry gets its chance first; `0` turns the check off.
+    #[arg(long, env = "PGOUTBOX_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub stall_timeout: std::time::Duration,
 
     /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
     /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else

@@ -5,7 +5,8 @@
 //! loopback by default; exposing it is an explicit `--http-addr 0.0.0.0:…`.
 //! Invariants: a slow or malicious client cannot block the relay (each connection
 //! is its own task with a read timeout); `/healthz` is 200 while the process runs;
-//! `/readyz` is 200 only while both the replication stream and the producer are up.
+//! `/readyz` is 200 only while both the replication stream and the producer are up
+//! and no stall was detected since the last ack (the body says which is not).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -5,7 +5,14 @@
 //! the producer callback and the HTTP endpoint use. Invariants: updates are lock-free
 //! except per-topic counters (one short mutex, no allocation after a topic's first
 //! record); rendering never blocks updates for long; readiness is true only while
-//! both the replication stream and the Kafka producer are connected.
+//! both the replication stream and the Kafka producer are connected and no stall
+//! (`--stall-timeout`) was detected since the last ack.
+//!
+//! Lag, one definition for `/metrics` and `pgoutbox status`: the server's WAL
+//! position minus the slot's `confirmed_flush_lsn`. `status` reads both in one
+//! query (`pg_current_wal_lsn()`); the relay takes the WAL end the walsender last
+//! reported (in every XLogData and keepalive message) minus the LSN it last
+//! confirmed to the server, refreshed at each status tick (100 ms).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,6 +52,10 @@ pub const PROMOTIONS_FOLLOWED: &str = "pgoutbox_promotions_followed_total";
 pub const REPLICATION_CONNECTED: &str = "pgoutbox_replication_connected";
 /// 1 while the Kafka producer reaches a broker.
 pub const PRODUCER_CONNECTED: &str = "pgoutbox_producer_connected";
+/// Seconds the oldest in-flight transaction has gone without an ack.
+pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
+/// Sessions ended because the oldest in-flight record got no ack (`--stall-timeout`).
+pub const STALLS: &str = "pgoutbox_stalls_total";
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -71,6 +82,11 @@ pub struct Metrics {
     promotions_followed: AtomicU64,
     replication_connected: AtomicBool,
     producer_connected: AtomicBool,
+    oldest_in_flight_age_ms: AtomicU64,
+    stalls: AtomicU64,
+    /// Set from a stall until the next ack; `stall` holds why, for `/readyz`.
+    stalled: AtomicBool,
+    stall: Mutex<String>,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -152,16 +168,43 @@ impl Metrics {
         self.producer_connected.store(up, Ordering::Relaxed);
     }
 
-    /// Both connections are up.
+    /// How long the oldest in-flight transaction has gone without an ack.
+    pub fn set_oldest_in_flight_age(&self, age: std::time::Duration) {
+        let ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        self.oldest_in_flight_age_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// A stall was detected: not ready (with `why`) until the next ack.
+    pub fn stalled(&self, why: String) {
+        *self.stall.lock().unwrap_or_else(|e| e.into_inner()) = why;
+        self.stalls.fetch_add(1, Ordering::Relaxed);
+        self.stalled.store(true, Ordering::Relaxed);
+    }
+
+    /// A record was acked: a stall, if any, is over.
+    pub fn acked(&self) {
+        if self.stalled.load(Ordering::Relaxed) {
+            self.stalled.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Both connections are up and no stall since the last ack.
     pub fn ready(&self) -> bool {
         self.replication_connected.load(Ordering::Relaxed)
             && self.producer_connected.load(Ordering::Relaxed)
+            && !self.stalled.load(Ordering::Relaxed)
     }
 
     /// Why not ready, for the `/readyz` body.
     pub fn readiness(&self) -> String {
+        let stall = if self.stalled.load(Ordering::Relaxed) {
+            let why = self.stall.lock().unwrap_or_else(|e| e.into_inner());
+            format!("stalled: {why}\n")
+        } else {
+            String::new()
+        };
         format!(
-            "replication: {}\nproducer: {}\n",
+            "replication: {}\nproducer: {}\n{stall}",
             if self.replication_connected.load(Ordering::Relaxed) {
                 "connected"
             } else {
@@ -307,6 +350,18 @@ impl Metrics {
             "1 while the Kafka producer reaches a broker.",
             u64::from(self.producer_connected.load(Ordering::Relaxed)),
         );
+        let age = self.oldest_in_flight_age_ms.load(Ordering::Relaxed) as f64 / 1e3;
+        let _ = writeln!(
+            out,
+            "# HELP {OLDEST_IN_FLIGHT_AGE} Seconds the oldest transaction with records in flight has gone without a Kafka ack (0: nothing in flight).\n# TYPE {OLDEST_IN_FLIGHT_AGE} gauge\n{OLDEST_IN_FLIGHT_AGE} {age}"
+        );
+        gauge(
+            &mut out,
+            STALLS,
+            "counter",
+            "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
+            self.stalls.load(Ordering::Relaxed),
+        );
         out
     }
 }
@@ -363,5 +418,32 @@ mod tests {
         m.set_replication_connected(true);
         m.set_producer_connected(true);
         assert!(m.ready());
+    }
+
+    #[test]
+    fn a_stall_is_not_ready_until_the_next_ack_and_is_counted() {
+        let m = Metrics::default();
+        m.set_replication_connected(true);
+        m.set_producer_connected(true);
+        m.set_oldest_in_flight_age(std::time::Duration::from_millis(61_500));
+        m.stalled("no kafka ack for 61s".into());
+        assert!(!m.ready());
+        assert_eq!(
+            m.readiness(),
+            "replication: connected\nproducer: connected\nstalled: no kafka ack for 61s\n"
+        );
+        let text = m.render();
+        assert!(text.contains("pgoutbox_stalls_total 1\n"), "{text}");
+        assert!(
+            text.contains("pgoutbox_oldest_in_flight_age_seconds 61.5\n"),
+            "{text}"
+        );
+        m.acked();
+        assert!(m.ready());
+        assert!(!m.readiness().contains("stalled"));
+        assert!(
+            m.render().contains("pgoutbox_stalls_total 1\n"),
+            "a counter"
+        );
     }
 }

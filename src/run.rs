@@ -22,7 +22,9 @@
 //! by and takes over when the slot frees up; a producer that librdkafka declared
 //! fatally broken (e.g. the idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) is
 //! replaced by a new one before the next session, unless its cause would break a new
-//! one too; SIGTERM/SIGINT drains, confirms and exits cleanly.
+//! one too, and so is a producer whose oldest record got no ack for
+//! `--stall-timeout` (the session ends as stalled); SIGTERM/SIGINT drains, confirms
+//! and exits cleanly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,7 +177,7 @@ async fn relay(
                 );
                 return Ok(());
             }
-            Err(err) if renew_fatal_producer(&mut sink)? || err.is_transient() => {
+            Err(err) if renew_producer(&mut sink, &err)? || err.is_transient() => {
                 if started.elapsed() > Duration::from_secs(30) {
                     backoff.reset();
                 }
@@ -203,12 +205,20 @@ async fn relay(
     Ok(())
 }
 
-/// When librdkafka declared the producer fatally broken, it delivers nothing more:
-/// replace it. Safe because the ended session confirmed nothing past its unacked
-/// records, so the next one produces them again from the slot. Returns whether the
-/// producer was replaced; an error when the cause would break a new producer too.
-fn renew_fatal_producer(sink: &mut KafkaSink) -> Result<bool, RunError> {
+/// Replace the producer when librdkafka declared it fatally broken (it delivers
+/// nothing more) or when the session ended stalled (its oldest record got no ack
+/// for `--stall-timeout`: e.g. retried under a producer id a restarted broker no
+/// longer knows; a new producer gets a new id). Safe because the ended session
+/// confirmed nothing past its unacked records, so the next one produces them again
+/// from the slot, in WAL order; reports of the old producer are discarded. Returns
+/// whether the producer was replaced; an error when the cause would break a new
+/// producer too.
+fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError> {
     let Some((code, reason)) = sink.fatal_error() else {
+        if matches!(err, RunError::Pipeline(PipelineError::Stalled(_))) {
+            sink.renew()?;
+            return Ok(true);
+        }
         return Ok(false);
     };
     if is_permanent(code) {
@@ -375,6 +385,7 @@ async fn session(
         metrics.clone(),
         checkpoint,
     )
+    .resuming_from(resume.start_lsn().max(slot_lsn))
     .run(shutdown.clone())
     .await
     .map_err(|e| match e {

@@ -30,6 +30,8 @@ mod run;
 mod security;
 mod slot_safety;
 mod sql_helpers;
+mod stall;
 mod tail;
 mod tls;
 mod tls_auth;
+mod unmapped;

@@ -99,6 +99,7 @@ async fn check_passes_on_a_correct_setup() {
         "select_privilege",
         "publication",
         "publication_operations",
+        "publication_other_tables",
         "publication_tables",
         "slot",
         "slot_wal_status",

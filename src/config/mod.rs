@@ -260,6 +260,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
     let pipeline = PipelineConfig {
         tables,
         format,
+        publication: source.publication.clone(),
         on_update: match args.on_update {
             OnUpdateArg::Ignore => OnUpdate::Ignore,
             OnUpdateArg::Warn => OnUpdate::Warn,
@@ -276,6 +277,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
         drain_timeout: args.drain_timeout,
         // Short: the slot should follow acks closely, so a crash resends little.
         status_interval: Duration::from_millis(100),
+        stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
     };
     Ok(RunConfig {
         source,
@@ -396,6 +398,12 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     line(
         "drain_timeout",
         q(&humantime::format_duration(cfg.pipeline.drain_timeout).to_string()),
+    );
+    line(
+        "stall_timeout",
+        q(&cfg.pipeline.stall_timeout.map_or("0s".to_owned(), |t| {
+            humantime::format_duration(t).to_string()
+        })),
     );
     line(
         "http_addr",

@@ -4,9 +4,11 @@
 //! message (it does before the first change of a relation in a session and after
 //! every schema change), so a renamed or added column is picked up in stream order.
 //! Invariant: a relation is an outbox table only if its `schema.name` is one of the
-//! configured tables; every other relation's rows are ignored. The tables of one
-//! session share one envelope schema cache ([`EnvelopeCache`]), as Debezium's
-//! Outbox Event Router does within its task.
+//! configured tables; every other relation is [`RelationRoute::NotOutbox`], named, so
+//! the caller can refuse it: a published table the relay does not map would have
+//! its rows confirmed without being sent (`run` stops on it, `tail` warns). The
+//! tables of one session share one envelope schema cache ([`EnvelopeCache`]), as
+//! Debezium's Outbox Event Router does within its task.
 
 use std::collections::HashMap;
 
@@ -30,8 +32,8 @@ pub struct TableSpec {
 /// What to do with rows of one relation.
 #[derive(Debug, Clone)]
 pub enum RelationRoute {
-    /// Not an outbox table.
-    Ignore,
+    /// A published table that is not one of the configured outbox tables.
+    NotOutbox(TableName),
     /// An outbox table, its resolved column mapping and its topic template.
     Outbox(TableName, Box<ResolvedMapping>, TopicTemplate),
     /// An outbox table that lacks a mapped column (renamed or dropped): its rows
@@ -101,7 +103,7 @@ impl OutboxTables {
                     (RelationRoute::Unmapped(Box::new(unmapped)), Err(missing))
                 }
             },
-            None => (RelationRoute::Ignore, Ok(())),
+            None => (RelationRoute::NotOutbox(table), Ok(())),
         };
         self.routes.insert(relation.id, route);
         result
@@ -136,7 +138,9 @@ mod tests {
         t.on_relation(&Relation::text_columns(2, "orders", &cols))
             .unwrap();
         assert!(matches!(t.route(1), Some(RelationRoute::Outbox(..))));
-        assert!(matches!(t.route(2), Some(RelationRoute::Ignore)));
+        assert!(
+            matches!(t.route(2), Some(RelationRoute::NotOutbox(n)) if n.to_string() == "public.orders")
+        );
         assert!(t.route(3).is_none());
         // The outbox loses its payload column: the next Relation message says so.
         let err = t

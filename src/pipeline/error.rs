@@ -44,12 +44,24 @@ pub enum PipelineError {
         table: TableName,
         lsn: Lsn,
     },
+    /// A row of a published table that is not one of the outbox tables.
+    #[error("publication {publication:?} publishes table {table}, which is not an outbox table of this relay (--table {tables}); stopped at its row at {lsn} instead of confirming it unsent; fix: relay it too (add --table {table}), or stop publishing it: rows already published stay in the slot (a later DROP does not cover them), so first pass them once with --table {table} --on-invalid missing-column=skip (each skipped row is logged and counted), then run ALTER PUBLICATION {} DROP TABLE {}; and restart without those options; see `pgoutbox check`", crate::pg::replication::quote_ident(.publication), .table.quoted())]
+    UnmappedTable {
+        table: TableName,
+        lsn: Lsn,
+        /// The configured outbox tables, comma-separated.
+        tables: String,
+        publication: String,
+    },
     /// A message that is only sent when streaming/two-phase is enabled.
     #[error("unexpected pgoutput {0} message: pgoutbox does not enable streaming or two_phase")]
     UnexpectedMessage(&'static str),
     /// Internal accounting error (a bug).
     #[error("delivery accounting: {0}")]
     Tracker(#[from] UnknownTxn),
+    /// The oldest in-flight record got no ack within `--stall-timeout`.
+    #[error("{0}; the producer is replaced and the session resumes from the slot (if Kafka is just slow, raise --stall-timeout)")]
+    Stalled(Box<super::stall::Stall>),
     /// The confirmed LSN could not be persisted, so it is not confirmed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -62,6 +74,7 @@ impl PipelineError {
             PipelineError::Pg(e) => e.is_transient(),
             PipelineError::StreamClosed => true,
             PipelineError::Delivery(e) => !e.permanent,
+            PipelineError::Stalled(_) => true,
             _ => false,
         }
     }

@@ -19,6 +19,8 @@
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;
 //! - `tag.rs`: [`tag::DeliveryTag`], (generation, transaction) packed into the
 //!   delivery opaque;
+//! - `stall.rs`: [`stall::StallWatch`], how long the oldest in-flight transaction
+//!   has gone without an ack (`--stall-timeout`);
 //! - `error.rs`: [`PipelineError`]; `progress.rs`: operator log lines;
 //!   `latency.rs`: the commit → ack histogram.
 //!
@@ -26,8 +28,9 @@
 //! 1. shutdown — stop reading WAL and drain what is in flight;
 //! 2. delivery reports — they free window space and move the low-water mark;
 //! 3. the status timer — persist the confirmable LSN to the state file, then push it
-//!    to the server; retry a record that met a full producer queue; enforce the drain
-//!    deadline;
+//!    to the server; end the session when the oldest in-flight record went
+//!    `--stall-timeout` without an ack; retry a record that met a full producer
+//!    queue; enforce the drain deadline;
 //! 4. new WAL — only while under the in-flight caps and with no record waiting.
 //!
 //! Invariants: records are produced in WAL order; the confirmed LSN is only ever the
@@ -37,7 +40,8 @@
 //! only from the status tick or the end of [`Session::run`] (acks, commits and
 //! keepalives merely move the tracker), so after any crash the slot is never ahead
 //! of the state file; any delivery failure ends the session without confirming past
-//! the failed record; memory is bounded by the in-flight caps, not by transaction
+//! the failed record, and so does a stall or a row of a published table that is not
+//! an outbox table; memory is bounded by the in-flight caps, not by transaction
 //! size or backlog; a drained shutdown flushes the producer before the final
 //! confirmation.
 //!
@@ -49,6 +53,7 @@ mod progress;
 pub mod relay;
 mod session;
 pub mod sink;
+pub mod stall;
 pub mod tag;
 pub mod tracker;
 
@@ -83,6 +88,8 @@ pub struct PipelineConfig {
     pub tables: Vec<TableSpec>,
     /// How key and value are serialised (converters, envelope, expansion).
     pub format: crate::outbox::connect::RecordFormat,
+    /// The publication (named in the fix when it publishes another table).
+    pub publication: String,
     /// UPDATE/DELETE policy.
     pub on_update: OnUpdate,
     /// Poison-row policy (`--on-invalid`, `--dlq-topic`).
@@ -97,6 +104,9 @@ pub struct PipelineConfig {
     pub drain_timeout: Duration,
     /// How often the confirmed LSN is pushed to the server when it moved.
     pub status_interval: Duration,
+    /// How long the oldest in-flight record may go without progress before the
+    /// session ends as stalled (`--stall-timeout`; `None`: never).
+    pub stall_timeout: Option<Duration>,
 }
 
 /// Counters of one session.

@@ -6,7 +6,10 @@
 //! Invariants: an LSN is confirmed only after [`Checkpoint::persist`] returned for
 //! it, during the session (status tick) and at its end; a session that ends by a
 //! completed drain flushes the producer (bounded by what is left of the drain
-//! timeout) before that last confirmation.
+//! timeout) before that last confirmation; a session whose oldest in-flight record
+//! went `--stall-timeout` without progress ends with [`PipelineError::Stalled`]
+//! (after logging it and marking `/readyz`), confirming nothing past that record —
+//! the caller replaces the producer and resumes from the slot.
 
 use std::sync::Arc;
 
@@ -50,7 +53,8 @@ pub struct Session<'a> {
     cfg: &'a PipelineConfig,
     relay: Relay<'a>,
     metrics: Arc<Metrics>,
-    /// The server's WAL end as last reported (for the lag gauge).
+    /// The server's WAL end as last reported in XLogData or a keepalive (for the
+    /// lag gauge).
     server_wal_end: Lsn,
     sink: &'a mut KafkaSink,
     stream: ReplicationStream,
@@ -80,6 +84,14 @@ impl<'a> Session<'a> {
             stream,
             checkpoint,
         }
+    }
+
+    /// The slot's `confirmed_flush_lsn` when the stream started: what the server
+    /// already holds as confirmed (the lag gauge counts from it until this session
+    /// confirms more).
+    pub fn resuming_from(mut self, start: Lsn) -> Self {
+        self.relay.reported(start);
+        self
     }
 
     /// Run until shutdown (then drain, flush, confirm, close) or an error.
@@ -140,6 +152,7 @@ impl<'a> Session<'a> {
                 Step::Delivery(Some(delivery)) => self.on_deliveries(delivery)?,
                 Step::Tick => {
                     self.report_status().await?;
+                    self.check_stall()?;
                     self.relay.retry_pending(&mut *self.sink)?;
                     if drain_deadline.is_some_and(|d| Instant::now() >= d) {
                         progress::drain_timed_out(&self.relay);
@@ -167,13 +180,13 @@ impl<'a> Session<'a> {
     /// (which re-polls every branch): a backlog is read in batches, and deliveries
     /// wait at most [`WAL_BATCH`] messages.
     fn on_wal_batch(&mut self, first: ReplicationMessage) -> Result<(), PipelineError> {
-        self.relay.on_wal(&mut *self.sink, first)?;
+        self.on_wal(first)?;
         for _ in 0..WAL_BATCH {
             if !self.relay.can_read() {
                 break;
             }
             match self.stream.try_recv() {
-                Some(Ok(message)) => self.relay.on_wal(&mut *self.sink, message)?,
+                Some(Ok(message)) => self.on_wal(message)?,
                 Some(Err(err)) => return Err(err.into()),
                 None => break,
             }
@@ -181,22 +194,54 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// One message to the core, noting the server's WAL end it carries.
+    fn on_wal(&mut self, message: ReplicationMessage) -> Result<(), PipelineError> {
+        let (ReplicationMessage::XLogData { wal_end, .. }
+        | ReplicationMessage::PrimaryKeepalive { wal_end, .. }) = &message;
+        self.server_wal_end = self.server_wal_end.max(*wal_end);
+        self.relay.on_wal(&mut *self.sink, message)
+    }
+
     /// The one place an LSN goes to the server during a session: persist it, then
-    /// confirm it. At most once per tick, and only when it moved.
+    /// confirm it. At most once per tick, and only when it moved. Then the gauges,
+    /// with the lag counted from what the server now holds as confirmed (the same
+    /// definition as `pgoutbox status`, see [`crate::metrics`]).
     async fn report_status(&mut self) -> Result<(), PipelineError> {
-        let tracker = self.relay.tracker();
-        let confirmed = tracker.confirmed();
-        self.metrics
-            .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
-        self.metrics
-            .set_slot(confirmed.0, self.server_wal_end.bytes_since(confirmed));
         if let Some(lsn) = self.relay.to_report() {
             self.checkpoint.persist(lsn).await?;
             self.stream.confirm(lsn);
             self.stream.send_status_now();
             self.relay.reported(lsn);
         }
+        let tracker = self.relay.tracker();
+        self.metrics
+            .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
+        let confirmed = self.relay.last_reported();
+        let wal_end = self.server_wal_end.max(confirmed);
+        self.metrics
+            .set_slot(confirmed.0, wal_end.bytes_since(confirmed));
         Ok(())
+    }
+
+    /// End the session when the oldest in-flight record went `--stall-timeout`
+    /// without progress: say so (log, `/readyz`, metrics) and let the caller
+    /// replace the producer and resume from the slot.
+    fn check_stall(&mut self) -> Result<(), PipelineError> {
+        let (stall, age) = self.relay.stalled(std::time::Instant::now());
+        self.metrics.set_oldest_in_flight_age(age);
+        let Some(stall) = stall else { return Ok(()) };
+        tracing::warn!(
+            topic = %stall.record.topic,
+            table = %stall.record.table,
+            lsn = %stall.record.lsn,
+            event_id = %stall.event_id(),
+            age_s = stall.age.as_secs(),
+            in_flight = stall.in_flight,
+            stall_timeout = %humantime::format_duration(stall.timeout),
+            "no kafka ack for the oldest in-flight record within --stall-timeout; replacing the producer and resuming from the slot"
+        );
+        self.metrics.stalled(stall.to_string());
+        Err(PipelineError::Stalled(Box::new(stall)))
     }
 
     /// After a completed drain nothing of this session is left in librdkafka, but a

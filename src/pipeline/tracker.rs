@@ -148,6 +148,14 @@ impl AckTracker {
         self.front
     }
 
+    /// Records of `txn` in flight (0 for a transaction no longer held).
+    pub fn outstanding(&self, txn: u64) -> usize {
+        txn.checked_sub(self.front)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.txns.get(i))
+            .map_or(0, |e| e.outstanding)
+    }
+
     /// Transactions not yet confirmed (open or waiting for acks).
     pub fn pending_txns(&self) -> usize {
         self.txns.len()
@@ -171,11 +179,13 @@ mod tests {
         assert_eq!(t.commit(b, Lsn(200)).unwrap(), None);
         // b fully acked first: nothing moves, a is still outstanding.
         assert_eq!(t.acked(b, 5).unwrap(), None);
+        assert_eq!((t.outstanding(a), t.outstanding(b)), (2, 0));
         assert_eq!(t.acked(a, 10).unwrap(), None);
         // a's last ack releases both.
         assert_eq!(t.acked(a, 10).unwrap(), Some(Lsn(200)));
         assert!(t.is_idle());
         assert_eq!(t.oldest(), b + 1, "both popped");
+        assert_eq!(t.outstanding(a), 0, "popped");
         assert_eq!(t.in_flight_bytes(), 0);
     }
 

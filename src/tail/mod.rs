@@ -204,7 +204,20 @@ impl TailState<'_> {
                     commit_time: begin.commit_time,
                 };
             }
-            PgOutputMessage::Relation(relation) => self.tables.on_relation(&relation)?,
+            PgOutputMessage::Relation(relation) => {
+                self.tables.on_relation(&relation)?;
+                if let Some(RelationRoute::NotOutbox(table)) = self.tables.route(relation.id) {
+                    // `run` stops here; tail shows what it can and says what it skips.
+                    tracing::warn!(
+                        table = %table,
+                        lsn = %lsn,
+                        "publication {} publishes table {table}, which is not an outbox table (--table): its rows are not shown, and `pgoutbox run` would stop on them; fix: add --table {table}, or ALTER PUBLICATION {} DROP TABLE {};",
+                        self.cfg.source.publication,
+                        crate::pg::replication::quote_ident(&self.cfg.source.publication),
+                        table.quoted(),
+                    );
+                }
+            }
             PgOutputMessage::Insert(insert) => {
                 let route =
                     self.tables

@@ -106,6 +106,26 @@ impl Broker {
         self.proxy.down();
     }
 
+    /// Kill the broker process (SIGKILL): connections through the proxy end, new
+    /// ones are refused. tansu keeps its state in memory, so [`Broker::start_again`]
+    /// brings up a broker that knows no topic, record or producer id of the old one
+    /// — as when a development broker is restarted.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start a new (empty) broker process on the same port after [`Broker::kill`].
+    pub fn start_again(&self) {
+        self.kill();
+        wait_for("the old tansu to release its port", WAIT, || {
+            std::net::TcpListener::bind(("127.0.0.1", self.backend)).ok()
+        });
+        self.spawn_tansu();
+    }
+
     /// Let clients reach the broker again.
     pub fn resume(&self) {
         self.proxy.up();

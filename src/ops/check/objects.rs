@@ -4,7 +4,8 @@
 //! Owns the rules that tie them together: a publication must publish inserts of every
 //! outbox table under the table's own name (so partitioned tables need
 //! `publish_via_partition_root`, or the relay — which routes by `schema.name` — sees
-//! only partitions and ignores their rows) with every mapped column; a slot must be a
+//! only partitions and stops at their rows) with every mapped column, and no other
+//! table (the relay would stop at its first row); a slot must be a
 //! persistent `pgoutput` slot of this database whose WAL is still there.
 
 use tokio_postgres::Client;
@@ -134,7 +135,8 @@ fn missing_columns(wanted: &[String], have: &[String]) -> Option<Vec<String>> {
 }
 
 /// `publication`, `publication_operations`, `publication_partition_root`,
-/// `publication_tables`, and `publication_columns` (PostgreSQL 15+, failures only).
+/// `publication_tables`, `publication_other_tables` and `publication_columns`
+/// (PostgreSQL 15+, failures only).
 pub(super) async fn publication_checks(
     client: &Client,
     input: &CheckInput,
@@ -195,7 +197,7 @@ pub(super) async fn publication_checks(
                 name,
                 format!(
                     "publish_via_partition_root = false: rows of {} are published under each \
-                     partition's name, which the relay ignores",
+                     partition's name, which the relay does not map (it stops at them)",
                     partitioned.join(", ")
                 ),
                 format!("ALTER PUBLICATION {ident} SET (publish_via_partition_root = true);"),
@@ -234,6 +236,11 @@ pub(super) async fn publication_checks(
             (table, r.get(2))
         })
         .collect();
+    // Without publish_via_partition_root the partitions are listed, and the
+    // partition-root failure above already says what to do about them.
+    if via_root || partitioned.is_empty() {
+        checks.push(other_tables_check(name, &input.tables, &published));
+    }
     let missing: Vec<&TableName> = judged
         .iter()
         .map(|t| &t.name)
@@ -279,6 +286,42 @@ pub(super) async fn publication_checks(
             ));
         }
     }
+}
+
+/// `publication_other_tables`: the publication publishes no table besides the outbox
+/// tables. The relay stops at the first change of any other one (its rows would
+/// be confirmed without being sent), so this is a failure.
+fn other_tables_check(
+    name: &str,
+    outbox: &[TableName],
+    published: &[(TableName, Option<Vec<String>>)],
+) -> Check {
+    let others: Vec<&TableName> = published
+        .iter()
+        .map(|(t, _)| t)
+        .filter(|t| !outbox.contains(t))
+        .collect();
+    if others.is_empty() {
+        return Check::pass("publication_other_tables", name, "none");
+    }
+    let shown: Vec<String> = others.iter().map(|t| t.to_string()).collect();
+    let quoted: Vec<String> = others.iter().map(|t| t.quoted()).collect();
+    Check::fail(
+        "publication_other_tables",
+        name,
+        format!(
+            "also publishes {}, not among the outbox tables (--table); `pgoutbox run` stops \
+             at its first row rather than confirm it unsent",
+            shown.join(", ")
+        ),
+        format!(
+            "relay it too (add --table {}), or stop publishing it — if `pgoutbox run` already \
+             stopped at its rows, first pass those as its message says — with: ALTER PUBLICATION {} DROP TABLE {};",
+            shown.join(" --table "),
+            quote_ident(name),
+            quoted.join(", ")
+        ),
+    )
 }
 
 fn operations_check(name: &str, ops: &[(bool, &str)]) -> Check {

@@ -10,6 +10,7 @@
 //!  on_delivery(tag)  ─┴▶ AckTracker (per transaction) ──────▶ to_report(): LSN to persist
 //!  retry_pending()   ─▶ the record that met a full queue        then confirm
 //!  start_drain()     ─▶ stop reading WAL                      can_read(), is_drained()
+//!  sends and acks    ─▶ StallWatch ────────────────────────▶ stalled(now)
 //! ```
 //!
 //! Invariants: records reach the sink in WAL order (a record that met a full queue
@@ -19,15 +20,19 @@
 //! contiguous low-water mark, or a keepalive's WAL end while no transaction is open
 //! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
-//! session's generation changes nothing. No allocation per event beyond the record
-//! itself: records go straight to the sink.
+//! session's generation changes nothing; a row (insert, update or delete) of a
+//! published table that is not an outbox table is an error, never passed. No
+//! allocation per event beyond the record itself (records go straight to the sink)
+//! and what names a transaction's first record for a stall report.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::error::PipelineError;
 use super::sink::Sink;
+use super::stall::{RecordRef, Stall, StallWatch};
 use super::tag::DeliveryTag;
 use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
@@ -75,6 +80,10 @@ pub struct Relay<'a> {
     decoder: Decoder,
     tables: OutboxTables,
     tracker: AckTracker,
+    /// Progress of the transactions in flight (`--stall-timeout`).
+    watch: StallWatch,
+    /// WAL position of the message being handled.
+    at: Lsn,
     txn: Option<Txn>,
     pending: Option<Pending>,
     draining: bool,
@@ -93,6 +102,8 @@ impl<'a> Relay<'a> {
             decoder: Decoder::new(),
             tables: OutboxTables::new(cfg.tables.clone()),
             tracker: AckTracker::new(),
+            watch: StallWatch::default(),
+            at: Lsn::INVALID,
             txn: None,
             pending: None,
             draining: false,
@@ -139,12 +150,19 @@ impl<'a> Relay<'a> {
                 let latency = timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
                 self.stats.latency.record_micros(latency);
                 self.metrics.observe_latency_micros(latency);
+                self.metrics.acked();
             }
             // The refused record counts as done once its dead letter (if any) is in
             // flight, so the transaction cannot complete before the letter is acked.
             Err(err) => self.on_refused(sink, err, txn, delivery.size)?,
         }
-        self.tracker.acked(txn, delivery.size)?;
+        self.done(txn, delivery.size)
+    }
+
+    /// A record of `txn` is done (acked, or refused and handled as poison).
+    fn done(&mut self, txn: u64, size: usize) -> Result<(), PipelineError> {
+        self.tracker.acked(txn, size)?;
+        self.watch.progress(txn, Instant::now());
         Ok(())
     }
 
@@ -190,6 +208,11 @@ impl<'a> Relay<'a> {
         self.reported = self.reported.max(lsn);
     }
 
+    /// The last LSN the caller persisted and confirmed (what the server holds).
+    pub fn last_reported(&self) -> Lsn {
+        self.reported
+    }
+
     /// The confirmable LSN (the tracker's low-water mark).
     pub fn confirmed(&self) -> Lsn {
         self.tracker.confirmed()
@@ -205,6 +228,27 @@ impl<'a> Relay<'a> {
         self.pending.is_some()
     }
 
+    /// The oldest transaction with records in flight, when it has made no progress
+    /// for `--stall-timeout` at `now` (never while draining: the drain deadline
+    /// bounds that wait). Also returns the age of the oldest one, stalled or not.
+    pub fn stalled(&mut self, now: Instant) -> (Option<Stall>, std::time::Duration) {
+        let tracker = &self.tracker;
+        let Some((record, age)) = self.watch.oldest(now, |t| tracker.outstanding(t) > 0) else {
+            return (None, std::time::Duration::ZERO);
+        };
+        let stall = self
+            .cfg
+            .stall_timeout
+            .filter(|timeout| age >= *timeout && !self.draining)
+            .map(|timeout| Stall {
+                record: record.clone(),
+                age,
+                timeout,
+                in_flight: tracker.in_flight_records(),
+            });
+        (stall, age)
+    }
+
     /// Counters so far (`confirmed` and `drain_timed_out` are the session's to set).
     pub fn stats(&self) -> &SessionStats {
         &self.stats
@@ -216,6 +260,7 @@ impl<'a> Relay<'a> {
         lsn: Lsn,
         data: Bytes,
     ) -> Result<(), PipelineError> {
+        self.at = lsn;
         let message = self
             .decoder
             .decode(data)
@@ -270,7 +315,7 @@ impl<'a> Relay<'a> {
         let Some(txn) = &self.txn else { return Ok(()) };
         let (no, commit_time) = (txn.no, txn.commit_time);
         let (record, invalid, table) = match route {
-            RelationRoute::Ignore => return Ok(()),
+            RelationRoute::NotOutbox(table) => return Err(self.unmapped(table, lsn)),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
                 let stamp = self.cfg.record_timestamp;
@@ -291,6 +336,9 @@ impl<'a> Relay<'a> {
                         // Converters run after the checks, which read the raw text (a
                         // delivered NULL key becomes JsonConverter's `null` here).
                         self.cfg.format.encode(&mut record, &event, mapping);
+                        let at = self.at;
+                        self.watch
+                            .sent(no, Instant::now(), || first(&record, table, at));
                         return self.send(sink, record, no, Origin::default());
                     }
                 }
@@ -339,11 +387,29 @@ impl<'a> Relay<'a> {
         record
     }
 
+    /// A row of a published table the relay does not map: passing it would confirm
+    /// it unsent, so the session stops before its transaction can be confirmed.
+    fn unmapped(&self, table: &TableName, lsn: Lsn) -> PipelineError {
+        let tables: Vec<String> = self
+            .cfg
+            .tables
+            .iter()
+            .map(|t| t.table.to_string())
+            .collect();
+        PipelineError::UnmappedTable {
+            table: table.clone(),
+            lsn,
+            tables: tables.join(","),
+            publication: self.cfg.publication.clone(),
+        }
+    }
+
     fn on_update(&self, op: &'static str, relid: u32, lsn: Lsn) -> Result<(), PipelineError> {
         let table = match self.tables.route(relid) {
             Some(RelationRoute::Outbox(table, _, _)) => table,
             Some(RelationRoute::Unmapped(u)) => &u.table,
-            _ => return Ok(()),
+            Some(RelationRoute::NotOutbox(table)) => return Err(self.unmapped(table, lsn)),
+            None => return Ok(()),
         };
         match self.cfg.on_update {
             OnUpdate::Ignore => Ok(()),
@@ -403,8 +469,7 @@ impl<'a> Relay<'a> {
                     reason: err.reason.clone(),
                 };
                 self.poison(sink, invalid, record, txn, origin)?;
-                self.tracker.acked(txn, size)?;
-                Ok(())
+                self.done(txn, size)
             }
             Err(SendError::Refused(err)) => Err(err.into()),
         }
@@ -476,7 +541,20 @@ impl<'a> Relay<'a> {
             return Ok(());
         }
         let letter = invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
+        let (table, at) = (origin.table.as_deref().unwrap_or(""), self.at);
+        self.watch
+            .sent(txn, Instant::now(), || first(&letter, table, at));
         self.send(sink, letter, txn, origin)
+    }
+}
+
+/// What names `record`, the first of its transaction, in a stall report.
+fn first(record: &KafkaRecord, table: &(impl std::fmt::Display + ?Sized), lsn: Lsn) -> RecordRef {
+    RecordRef {
+        topic: record.topic.clone(),
+        table: table.to_string(),
+        lsn,
+        event_id: record.id.clone(),
     }
 }
 

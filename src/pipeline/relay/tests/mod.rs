@@ -62,6 +62,7 @@ fn config() -> PipelineConfig {
             template: TopicTemplate::default(),
         }],
         format: crate::outbox::connect::RecordFormat::default(),
+        publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
         invalid: InvalidPolicy::default(),
         record_timestamp: Default::default(),
@@ -69,6 +70,7 @@ fn config() -> PipelineConfig {
         max_in_flight_bytes: 1 << 20,
         drain_timeout: Duration::from_secs(1),
         status_interval: Duration::from_millis(100),
+        stall_timeout: Some(Duration::from_secs(60)),
     }
 }
 
@@ -409,4 +411,89 @@ fn updates_follow_on_update_and_unexpected_messages_stop() {
         matches!(err, PipelineError::UnknownRelation { relid: 7, .. }),
         "{err:?}"
     );
+}
+
+#[test]
+fn the_oldest_transaction_without_an_ack_past_the_timeout_is_a_stall_naming_its_first_record() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    let t0 = std::time::Instant::now();
+    let later = |secs| t0 + Duration::from_secs(secs);
+    assert_eq!(
+        h.relay.stalled(later(600)),
+        (None, Duration::ZERO),
+        "nothing in flight"
+    );
+    h.txn(&["a1", "a2"], 0x100);
+    h.txn(&["b1"], 0x200);
+    let (stall, age) = h.relay.stalled(later(59));
+    assert!(stall.is_none() && age >= Duration::from_secs(58), "{age:?}");
+    let stall = h.relay.stalled(later(61)).0.expect("past 60 s");
+    assert_eq!(stall.event_id(), "a1");
+    assert_eq!(stall.record.topic, "outbox.event.order");
+    assert_eq!(stall.record.table, "public.outbox");
+    assert_eq!(
+        (stall.in_flight, stall.timeout),
+        (3, Duration::from_secs(60))
+    );
+    // a1 and a2 acked: b1, sent with them, is now the oldest, and just as stuck.
+    h.ack(0);
+    h.ack(1);
+    let stall = h.relay.stalled(later(61)).0.expect("b1 is as old");
+    assert_eq!(stall.event_id(), "b1");
+    h.ack(2);
+    assert_eq!(h.relay.stalled(later(600)).0, None, "all acked");
+}
+
+#[test]
+fn an_ack_of_the_oldest_transaction_restarts_its_clock_and_a_drain_or_zero_disables() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2"], 0x100);
+    h.ack(0);
+    let now = std::time::Instant::now();
+    let (stall, age) = h.relay.stalled(now + Duration::from_secs(30));
+    assert!(stall.is_none() && age < Duration::from_secs(31), "{age:?}");
+    h.relay.start_drain();
+    assert!(
+        h.relay.stalled(now + Duration::from_secs(600)).0.is_none(),
+        "draining"
+    );
+
+    let off = PipelineConfig {
+        stall_timeout: None,
+        ..config()
+    };
+    let mut h = Harness::new(&off);
+    h.txn(&["a1"], 0x100);
+    let (stall, age) = h
+        .relay
+        .stalled(std::time::Instant::now() + Duration::from_secs(3600));
+    assert!(stall.is_none() && age >= Duration::from_secs(3599));
+}
+
+#[test]
+fn a_row_of_a_published_table_that_is_not_an_outbox_table_stops_the_session() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    let orders = Relation::text_columns(RELID + 1, "orders", &["id", "note"]);
+    h.wal(PgOutputMessage::Relation(orders)).unwrap();
+    h.begin();
+    let mut insert = row("o1", Some("k"));
+    if let PgOutputMessage::Insert(i) = &mut insert {
+        i.relation_id = RELID + 1;
+    }
+    let err = h.wal(insert).unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::UnmappedTable { table, .. } if table.to_string() == "public.orders"),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    let text = err.to_string();
+    assert!(text.contains("add --table public.orders"), "{text}");
+    assert!(
+        text.contains("ALTER PUBLICATION \"pgoutbox\" DROP TABLE \"public\".\"orders\";"),
+        "{text}"
+    );
+    assert_eq!(h.relay.confirmed(), Lsn(0), "nothing confirmed past it");
 }
