@@ -290,23 +290,8 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
 
-    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
-    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
-    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
-    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
-    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
-    /// are never shown.
-    #[arg(
-        long = "kafka-option",
-        env = "PGOUTBOX_KAFKA_OPTION",
-        value_name = "KEY=VALUE"
-    )]
-    pub kafka_options: Vec<String>,
-
-    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
-    /// mounted secret); it overrides a sasl.password given with --kafka-option.
-    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
-    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
 
     /// What to do with an UPDATE or DELETE of an outbox row (only seen with a
     /// publication that publishes them).
@@ -402,6 +387,29 @@ pub enum ConfigCommand {
     },
 }
 
+/// How the producer reaches the brokers: the same for `run` and `check`, so a TLS or
+/// SASL cluster can be pre-checked with the settings `run` will use.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
+    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
+    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
+    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
+    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
+    /// are never shown.
+    #[arg(
+        long = "kafka-option",
+        env = "PGOUTBOX_KAFKA_OPTION",
+        value_name = "KEY=VALUE"
+    )]
+    pub kafka_options: Vec<String>,
+
+    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
+    /// mounted secret); it overrides a sasl.password given with --kafka-option.
+    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
+    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
+}
+
 /// `pgoutbox check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
@@ -414,9 +422,13 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub slot: SlotArg,
 
-    /// Also check these Kafka brokers are reachable.
+    /// Also check these Kafka brokers are reachable, with the --kafka-option settings
+    /// `run` uses (TLS, SASL, …).
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
 
     /// Output JSON instead of lines.
     #[arg(long)]

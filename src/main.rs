@@ -13,7 +13,7 @@ use pgoutbox::cli::{
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
-use pgoutbox::ops::check::CheckInput;
+use pgoutbox::ops::check::{CheckInput, TemplateInput};
 use pgoutbox::pg::catalog::Ensured;
 
 fn main() -> ExitCode {
@@ -153,14 +153,22 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
     let source = config::source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides);
     let mut columns: Vec<String> = Vec::new();
-    for spec in routing.specs(&source.tables) {
-        let m = spec.mapping;
+    for m in routing.mappings(&source.tables) {
         for c in [m.id, m.route_by, m.key, m.payload] {
             if !columns.contains(&c) {
                 columns.push(c);
             }
         }
     }
+    let templates = routing
+        .templates(&source.tables)
+        .into_iter()
+        .map(|t| TemplateInput {
+            table: t.table,
+            template: t.template,
+            origin: t.origin,
+        })
+        .collect();
     let input = CheckInput {
         conninfo: source.conninfo.clone(),
         publication: source.publication.clone(),
@@ -168,6 +176,8 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         slot: validate_slot(&args.slot.name)?,
         columns,
         brokers: args.brokers.clone(),
+        kafka_options: config::kafka_options(&args.kafka)?,
+        templates,
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {

@@ -41,6 +41,8 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         slot: format!("{}_slot", db.name),
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
         brokers: None,
+        kafka_options: Default::default(),
+        templates: vec![],
     }
 }
 
@@ -349,6 +351,133 @@ async fn check_as_a_plain_role_then_with_the_least_privilege_grants() {
     );
 }
 
+/// Regression (issue 13 item 10): a missing publication that `run` creates itself
+/// was a failure (exit 1). `check` predicts `run`: the role may create it, so it
+/// passes with a note — and `run` then does create it. A role that may not create
+/// it still fails, with the SQL for an owner.
+#[tokio::test]
+async fn check_missing_publication_fails_only_when_run_cannot_create_it() {
+    let db = PgCluster::shared().fresh_db();
+    let mut input = input(&db);
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    let publication = get(&report, "publication", "pgoutbox");
+    assert_eq!(
+        publication.observed,
+        "missing — `pgoutbox run` (or `setup`) will create it: postgres may create a \
+         publication of the outbox tables"
+    );
+    assert!(report.render().contains(
+        "✔ publication: pgoutbox = missing — `pgoutbox run` (or `setup`) will create it"
+    ));
+
+    // `run` (here with no broker to reach) creates it, as `check` said.
+    let mut relay = support::Pgoutbox::spawn(&[
+        "run",
+        "--database-url",
+        &db.url(),
+        "--slot",
+        &input.slot,
+        "--brokers",
+        "127.0.0.1:1",
+        "--http-addr",
+        "off",
+    ]);
+    relay.wait_stderr("created publication", WAIT);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+    assert_eq!(
+        db.psql("SELECT count(*) FROM pg_publication WHERE pubname = 'pgoutbox'"),
+        "1"
+    );
+
+    // A least-privilege role owns no table: `run` cannot create it, `check` fails.
+    db.psql("DROP PUBLICATION pgoutbox");
+    let app = format!("{}_app", db.name);
+    for statement in grants_sql(&app, &[table("public.outbox")]) {
+        if !statement.starts_with("--") {
+            db.psql(&statement);
+        }
+    }
+    input.conninfo = conninfo(&format!(
+        "postgres://{app}@127.0.0.1:{}/{}?sslmode=disable",
+        db.cluster.port, db.name
+    ));
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [("publication", "pgoutbox")],
+        "{}",
+        report.render()
+    );
+    let publication = get(&report, "publication", "pgoutbox");
+    assert_eq!(
+        publication.observed,
+        format!(
+            "missing, and `run` cannot create it: every outbox table must exist, and {app} \
+             must own them all and have CREATE on the database (or be a superuser)"
+        )
+    );
+    assert!(
+        fix(publication)
+            .starts_with("CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\""),
+        "{publication:?}"
+    );
+}
+
+/// Regression (issue 13 item 9): templates `run` stops on at the first row passed
+/// `check`. Each is now a failed `topic_template` check with the fix.
+#[test]
+fn check_refuses_bad_topic_templates_with_the_fix() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    for (template, fixed) in [
+        (
+            "orders/${routedByValue}",
+            "fix: e.g. orders.${routedByValue}",
+        ),
+        (
+            "outbox.${routedbyvalue}",
+            "fix: did you mean ${routedByValue}?",
+        ),
+    ] {
+        let mut p = support::Pgoutbox::spawn(&[
+            "check",
+            "--database-url",
+            &db.url(),
+            "--slot",
+            &db.name,
+            "--topic-template",
+            template,
+        ]);
+        let status = p.wait_exit(WAIT);
+        let out = p.stdout_so_far().join("\n");
+        assert!(!status.success(), "{template}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("✘ topic_template: public.outbox"))
+            .unwrap_or_else(|| panic!("{template}: no failed topic_template check:\n{out}"));
+        assert!(line.contains(fixed), "{line}");
+        assert_eq!(out.matches('✘').count(), 1, "{out}");
+        // `run` refuses it before connecting, with the same words.
+        let mut run = support::Pgoutbox::spawn(&[
+            "run",
+            "--database-url",
+            &db.url(),
+            "--brokers",
+            "127.0.0.1:1",
+            "--topic-template",
+            template,
+        ]);
+        assert!(!run.wait_exit(WAIT).success());
+        let err = run.stderr();
+        assert!(
+            err.contains(&format!("invalid --topic-template {template:?}")) && err.contains(fixed),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -366,6 +495,8 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         columns: vec![],
         // Nothing listens on port 1.
         brokers: Some("127.0.0.1:1".into()),
+        kafka_options: Default::default(),
+        templates: vec![],
     };
     let report = check(&input).await;
     assert_eq!(

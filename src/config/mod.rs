@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    KafkaArgs, OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};
-use crate::outbox::routing::TopicTemplate;
+use crate::outbox::routing::{TemplateError, TopicTemplate};
 use crate::outbox::tables::TableSpec;
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
@@ -84,6 +84,16 @@ pub enum ConfigError {
     /// No state directory.
     #[error(transparent)]
     StateDir(#[from] crate::state::StateError),
+    /// A topic template that can never render a legal topic name.
+    #[error("invalid {origin} {template:?}: {reason}")]
+    TopicTemplate {
+        /// `--topic-template`, or the config file's table section.
+        origin: String,
+        /// The template as given.
+        template: String,
+        /// What is wrong, and the fix.
+        reason: TemplateError,
+    },
 }
 
 /// How rows become records: the global column mapping and topic template, and the
@@ -92,8 +102,8 @@ pub enum ConfigError {
 pub struct RoutingConfig {
     /// Column mapping (flags / env / file top level).
     pub mapping: ColumnMapping,
-    /// Topic template.
-    pub topic_template: TopicTemplate,
+    /// Topic template, as given (validated by [`RoutingConfig::specs`]).
+    pub topic_template: String,
     /// Per-table overrides from the config file's `[tables."schema.name"]`.
     pub overrides: TableOverrides,
 }
@@ -151,24 +161,72 @@ impl RoutingConfig {
                 payload: args.payload_column.clone(),
                 timestamp: args.timestamp_column.clone(),
             },
-            topic_template: TopicTemplate::new(&args.topic_template),
+            topic_template: args.topic_template.clone(),
         }
     }
 
     /// One spec per table: the global mapping and template, with the table's
-    /// overrides from the config file applied.
-    pub fn specs(&self, tables: &[TableName]) -> Vec<TableSpec> {
+    /// overrides from the config file applied; a template that can never render a
+    /// legal topic name is refused, naming where it came from.
+    pub fn specs(&self, tables: &[TableName]) -> Result<Vec<TableSpec>, ConfigError> {
+        self.templates(tables)
+            .into_iter()
+            .zip(self.mappings(tables))
+            .map(|(t, mapping)| {
+                let template = TopicTemplate::parse(&t.template).map_err(|reason| {
+                    ConfigError::TopicTemplate {
+                        origin: t.origin,
+                        template: t.template.clone(),
+                        reason,
+                    }
+                })?;
+                Ok(TableSpec {
+                    table: t.table,
+                    mapping,
+                    template,
+                })
+            })
+            .collect()
+    }
+
+    /// Each table's topic template as given, and where it was given; unvalidated
+    /// (`check` reports a bad one as a failed check).
+    pub fn templates(&self, tables: &[TableName]) -> Vec<TemplateSource> {
+        tables
+            .iter()
+            .map(|table| {
+                let name = table.to_string();
+                match self
+                    .overrides
+                    .get(&name)
+                    .and_then(|o| o.get("topic_template"))
+                {
+                    Some(template) => TemplateSource {
+                        table: table.clone(),
+                        template: template.clone(),
+                        origin: format!("topic_template of [tables.\"{name}\"] in the config file"),
+                    },
+                    None => TemplateSource {
+                        table: table.clone(),
+                        template: self.topic_template.clone(),
+                        origin: "--topic-template".into(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Each table's column mapping: the global one with the table's overrides.
+    pub fn mappings(&self, tables: &[TableName]) -> Vec<ColumnMapping> {
         tables
             .iter()
             .map(|table| {
                 let mut mapping = self.mapping.clone();
-                let mut template = self.topic_template.clone();
                 let o = self.overrides.get(&table.to_string());
                 for (key, value) in o.into_iter().flatten() {
                     let v = value.clone();
                     match key.as_str() {
                         "route_by_field" => mapping.route_by = v,
-                        "topic_template" => template = TopicTemplate::new(&v),
                         "id_column" => mapping.id = v,
                         "key_column" => mapping.key = v,
                         "event_type_column" => mapping.event_type = v,
@@ -178,14 +236,21 @@ impl RoutingConfig {
                         _ => {}
                     }
                 }
-                TableSpec {
-                    table: table.clone(),
-                    mapping,
-                    template,
-                }
+                mapping
             })
             .collect()
     }
+}
+
+/// One table's topic template before validation.
+#[derive(Debug, Clone)]
+pub struct TemplateSource {
+    /// The table.
+    pub table: TableName,
+    /// The template text.
+    pub template: String,
+    /// Where it was set, for error messages.
+    pub origin: String,
 }
 
 /// Check a replication slot name against PostgreSQL's rule.
@@ -207,7 +272,7 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides);
     Ok(TailConfig {
-        tables: routing.specs(&source.tables),
+        tables: routing.specs(&source.tables)?,
         source,
         format: match args.format {
             TailFormatArg::Json => TailFormat::Json,
@@ -218,16 +283,23 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
     })
 }
 
+/// Validate the librdkafka settings (`run` and `check`): parsing refuses unsafe
+/// options, before anything connects; the SASL password file overrides
+/// `sasl.password`.
+pub fn kafka_options(args: &KafkaArgs) -> Result<KafkaOptions, ConfigError> {
+    let mut options = KafkaOptions::parse(&args.kafka_options)?;
+    if let Some(path) = &args.kafka_sasl_password_file {
+        let password = read_secret("--kafka-sasl-password-file", path)?;
+        options.set_secret("sasl.password", Secret::from(password));
+    }
+    Ok(options)
+}
+
 /// Validate `run` arguments.
 pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides);
-    // Parsing also refuses unsafe options, before anything connects.
-    let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
-    if let Some(path) = &args.kafka_sasl_password_file {
-        let password = read_secret("--kafka-sasl-password-file", path)?;
-        kafka_options.set_secret("sasl.password", Secret::from(password));
-    }
+    let kafka_options = kafka_options(&args.kafka)?;
     let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
     if brokers.is_empty() {
         return Err(ConfigError::NoBrokers);
@@ -239,7 +311,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
         return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
     }
     let pipeline = PipelineConfig {
-        tables: routing.specs(&source.tables),
+        tables: routing.specs(&source.tables)?,
         on_update: match args.on_update {
             OnUpdateArg::Ignore => OnUpdate::Ignore,
             OnUpdateArg::Warn => OnUpdate::Warn,
