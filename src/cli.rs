@@ -76,7 +76,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Show the replication slot: active pid, confirmed LSN, lag, wal_status.
     Status(StatusArgs),
-    /// Drop the replication slot and the publication (asks for --yes).
+    /// Drop the replication slot, the publication and run's state file of the slot
+    /// (asks for --yes).
     Teardown(TeardownArgs),
     /// Configuration helpers: show the effective configuration, import Debezium.
     #[command(subcommand)]
@@ -348,12 +349,8 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_timeout: std::time::Duration,
 
-    /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
-    /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else
-    /// $XDG_STATE_HOME/pgoutbox, else ~/.local/state/pgoutbox. `off` disables the
-    /// slot-safety checks that need it.
-    #[arg(long, env = "PGOUTBOX_STATE_DIR", value_name = "DIR|off")]
-    pub state_dir: Option<String>,
+    #[command(flatten)]
+    pub state: StateDirArg,
 
     /// Start even though the slot was advanced, dropped, re-created or moved to
     /// another server behind the relay's back: log the skipped range, create the slot
@@ -410,6 +407,18 @@ pub struct KafkaArgs {
     pub kafka_sasl_password_file: Option<std::path::PathBuf>,
 }
 
+/// Where `run` keeps its state file: `run` writes it, `teardown` removes it with the
+/// slot.
+#[derive(Debug, Clone, Args)]
+pub struct StateDirArg {
+    /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
+    /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else
+    /// $XDG_STATE_HOME/pgoutbox, else ~/.local/state/pgoutbox. `off` disables the
+    /// slot-safety checks that need it.
+    #[arg(long, env = "PGOUTBOX_STATE_DIR", value_name = "DIR|off")]
+    pub state_dir: Option<String>,
+}
+
 /// `pgoutbox check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
@@ -461,6 +470,11 @@ pub struct TeardownArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    /// The state directory `run` uses: the slot's state file there is removed with
+    /// the slot, so the next `run` starts afresh instead of refusing.
+    #[command(flatten)]
+    pub state: StateDirArg,
 
     /// Really drop them (the slot's position is lost: undelivered events must then be
     /// recovered from the outbox table).

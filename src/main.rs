@@ -214,11 +214,17 @@ async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
     let slot = validate_slot(&args.slot.name)?;
     anyhow::ensure!(
         args.yes,
-        "teardown drops replication slot {slot:?} and publication {:?}; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
+        "teardown drops replication slot {slot:?}, publication {:?} and run's state file of the slot; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
         source.publication
     );
-    let outcome =
-        pgoutbox::ops::teardown::teardown(&source.conninfo, &slot, &source.publication).await?;
+    let state_dir = pgoutbox::state::state_dir(args.state.state_dir.as_deref())?;
+    let outcome = pgoutbox::ops::teardown::teardown(
+        &source.conninfo,
+        &slot,
+        &source.publication,
+        state_dir.as_deref(),
+    )
+    .await?;
     print!("{}", outcome.render());
     Ok(())
 }

@@ -5,11 +5,12 @@ use crate::support;
 
 use pgoutbox::ops::check::{check, Check, CheckInput, CheckReport};
 use pgoutbox::ops::status::status;
-use pgoutbox::ops::teardown::teardown;
+use pgoutbox::ops::teardown::{teardown, StateCleanup, TeardownError};
 use pgoutbox::pg::catalog::{grants_sql, CatalogError, TableName};
 use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::lsn::Lsn;
 use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::state::{SlotState, StateFile};
 use support::kafka::Broker;
 use support::{wait_until_eq, ClusterOptions, PgCluster, TestDb, WAIT};
 
@@ -576,7 +577,7 @@ async fn teardown_removes_slot_and_publication_and_is_idempotent() {
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
     create_slot(&db, &slot);
     let info = conninfo(&db.url());
-    let first = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let first = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(first.slot_dropped && first.publication_dropped, "{first:?}");
     assert_eq!(
         db.psql(&format!(
@@ -585,7 +586,7 @@ async fn teardown_removes_slot_and_publication_and_is_idempotent() {
         "0"
     );
     assert_eq!(db.psql("SELECT count(*) FROM pg_publication"), "0");
-    let second = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let second = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(
         !second.slot_dropped && !second.publication_dropped,
         "{second:?}"
@@ -599,10 +600,16 @@ async fn teardown_leaves_a_slot_of_another_database_alone() {
     let (db, other) = (cluster.fresh_db(), cluster.fresh_db());
     let slot = format!("{}_slot", db.name);
     create_slot(&db, &slot);
-    let err = teardown(&conninfo(&other.url()), &slot, "pgoutbox")
+    let err = teardown(&conninfo(&other.url()), &slot, "pgoutbox", None)
         .await
         .unwrap_err();
-    assert!(matches!(err, CatalogError::SlotDatabase { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TeardownError::Catalog(CatalogError::SlotDatabase { .. })
+        ),
+        "{err}"
+    );
     assert_eq!(
         db.psql(&format!(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
@@ -642,9 +649,9 @@ async fn teardown_refuses_an_active_slot() {
         format!("pgoutput logical slot, active (walsender pid {pid})")
     );
 
-    let err = teardown(&info, &slot, "pgoutbox").await.unwrap_err();
+    let err = teardown(&info, &slot, "pgoutbox", None).await.unwrap_err();
     match &err {
-        CatalogError::SlotActive { slot: s, pid: p } => {
+        TeardownError::Catalog(CatalogError::SlotActive { slot: s, pid: p }) => {
             assert_eq!((s.as_str(), *p), (slot.as_str(), pid));
         }
         other => panic!("expected SlotActive, got {other}"),
@@ -657,6 +664,66 @@ async fn teardown_refuses_an_active_slot() {
     wait_until_eq("the slot to become inactive", WAIT, &String::new(), || {
         db.psql(&active_sql)
     });
-    let outcome = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let outcome = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(outcome.slot_dropped && outcome.publication_dropped);
+}
+
+/// Issue 13 item 12: teardown removes `run`'s state file of the slot it dropped —
+/// but only one that records this server; another server's file is kept.
+#[tokio::test]
+async fn teardown_removes_the_state_file_of_this_server_only() {
+    let db = PgCluster::shared().fresh_db();
+    let slot = format!("{}_slot", db.name);
+    let dir = support::temp_dir("teardown-state");
+    let server = db.psql("SELECT system_identifier FROM pg_control_system()");
+    let file = StateFile::open(&dir, &db.name, &slot).unwrap();
+    let write = |system_id: &str| {
+        file.write(&SlotState::new(system_id, &db.name, &slot, Lsn(0x100)))
+            .unwrap()
+    };
+    let info = conninfo(&db.url());
+
+    // Another server's file stays, and the output says why.
+    write("1");
+    create_slot(&db, &slot);
+    let outcome = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert!(outcome.slot_dropped);
+    assert_eq!(
+        outcome.state,
+        StateCleanup::OtherServer {
+            path: file.path().to_owned(),
+            recorded: "1".into(),
+            server: server.clone(),
+        }
+    );
+    assert!(file.path().exists());
+    assert!(
+        outcome.render().contains(&format!(
+            "state file {}: kept — it records server 1, this is server {server}",
+            file.path().display()
+        )),
+        "{}",
+        outcome.render()
+    );
+
+    // This server's file goes with the slot.
+    write(&server);
+    create_slot(&db, &slot);
+    let outcome = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.state,
+        StateCleanup::Removed {
+            path: file.path().to_owned(),
+            confirmed: Lsn(0x100),
+        }
+    );
+    assert!(!file.path().exists());
+    let again = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert_eq!(again.state, StateCleanup::Absent(file.path().to_owned()));
 }

@@ -339,7 +339,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
             ),
         },
         safety: SafetyConfig {
-            state_dir: state::state_dir(args.state_dir.as_deref())?,
+            state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
     })
