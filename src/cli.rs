@@ -35,12 +35,29 @@ pub struct Cli {
     /// Filter with RUST_LOG (e.g. RUST_LOG=pgoutbox=debug).
     #[arg(long, global = true, env = "PGOUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+
+    /// Color in human log lines: `auto` colors only when stderr is a terminal and
+    /// NO_COLOR is unset or empty (https://no-color.org) and TERM is not `dumb`;
+    /// `always` and `never` decide regardless.
+    #[arg(long, global = true, env = "PGOUTBOX_COLOR", value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
+}
+
+/// `--color` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// On a terminal, unless NO_COLOR or TERM=dumb says otherwise.
+    Auto,
+    /// Always (e.g. a log viewer that renders ANSI colors).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// `--log-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Readable lines (colored on a terminal).
+    /// Readable lines (colored on a terminal; see --color).
     Human,
     /// One JSON object per line, for log shippers.
     Json,

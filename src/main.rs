@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use clap::CommandFactory;
 use pgoutbox::cli::{
-    CheckArgs, Cli, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs, TeardownArgs,
+    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs,
+    TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, cli.color);
     // One thread for all async work: the relay's tasks (replication stream, the
     // relay loop, HTTP) hand messages to each other constantly, and on one thread a
     // hand-off is a queue push instead of a cross-thread wake-up (futex + context
@@ -52,8 +53,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters.
-fn init_logging(format: LogFormat) {
+/// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters;
+/// colors follow `--color` ([`config::log_colors`]).
+fn init_logging(format: LogFormat, color: ColorWhen) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -63,7 +65,12 @@ fn init_logging(format: LogFormat) {
         .with_target(false);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Human => {
+            let ansi = config::log_colors(color, std::io::stderr().is_terminal(), &|name| {
+                std::env::var(name).ok()
+            });
+            builder.with_ansi(ansi).init()
+        }
     }
 }
 

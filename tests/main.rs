@@ -16,6 +16,7 @@ mod cli;
 mod config;
 mod faults;
 mod keepalive;
+mod logs;
 mod mock_kafka;
 mod network;
 mod ops;

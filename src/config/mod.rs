@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    KafkaArgs, OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, KafkaArgs, OnUpdateArg, RoutingArgs, RunArgs, SourceArgs, TailArgs,
+    TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::event::ColumnMapping;
@@ -253,6 +254,25 @@ pub struct TemplateSource {
     pub origin: String,
 }
 
+/// Whether human log lines carry ANSI colors: `--color always|never` decide;
+/// `auto` colors only a terminal, and not when `NO_COLOR` is set to a non-empty
+/// value (https://no-color.org) or `TERM` is `dumb`. `env` looks up a variable.
+pub fn log_colors(
+    when: ColorWhen,
+    is_terminal: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> bool {
+    match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            let no_color = matches!(env("NO_COLOR"), Some(v) if !v.is_empty());
+            let dumb = env("TERM").as_deref() == Some("dumb");
+            is_terminal && !no_color && !dumb
+        }
+    }
+}
+
 /// Check a replication slot name against PostgreSQL's rule.
 pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
     let ok = !name.is_empty()
@@ -430,6 +450,39 @@ pub fn show_toml(cfg: &RunConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 13 item 7): NO_COLOR was ignored on a terminal.
+    #[test]
+    fn log_colors_follow_color_no_color_and_term() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let none = env(&[]);
+        assert!(log_colors(ColorWhen::Auto, true, &none));
+        assert!(!log_colors(ColorWhen::Auto, false, &none));
+        assert!(!log_colors(
+            ColorWhen::Auto,
+            true,
+            &env(&[("NO_COLOR", "1")])
+        ));
+        assert!(log_colors(ColorWhen::Auto, true, &env(&[("NO_COLOR", "")])));
+        assert!(!log_colors(
+            ColorWhen::Auto,
+            true,
+            &env(&[("TERM", "dumb")])
+        ));
+        assert!(log_colors(
+            ColorWhen::Always,
+            false,
+            &env(&[("NO_COLOR", "1")])
+        ));
+        assert!(!log_colors(ColorWhen::Never, true, &none));
+    }
 
     #[test]
     fn slot_names() {
