@@ -39,6 +39,8 @@ pub const RECONNECTS: &str = "pgoutbox_reconnects_total";
 pub const REPLICATION_CONNECTED: &str = "pgoutbox_replication_connected";
 /// 1 while the Kafka producer reaches a broker.
 pub const PRODUCER_CONNECTED: &str = "pgoutbox_producer_connected";
+/// librdkafka client errors and warnings, logged or not (an outage logs few lines).
+pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -60,6 +62,7 @@ pub struct Metrics {
     in_flight_records: AtomicU64,
     in_flight_bytes: AtomicU64,
     reconnects: AtomicU64,
+    kafka_client_errors: AtomicU64,
     replication_connected: AtomicBool,
     producer_connected: AtomicBool,
 }
@@ -120,6 +123,11 @@ impl Metrics {
     /// A session restarted.
     pub fn reconnected(&self) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// librdkafka reported a client error or a warning.
+    pub fn kafka_client_error(&self) {
+        self.kafka_client_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replication stream up/down.
@@ -250,6 +258,13 @@ impl Metrics {
             "counter",
             "Replication sessions restarted after a transient error.",
             self.reconnects.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            KAFKA_CLIENT_ERRORS,
+            "counter",
+            "librdkafka client errors and warnings (the log shows an outage once, then a summary a minute).",
+            self.kafka_client_errors.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

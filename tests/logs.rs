@@ -6,7 +6,9 @@ use crate::support;
 
 use std::process::Command;
 
-use support::{state_home, PgCluster, WAIT};
+use support::kafka::Broker;
+use support::workload::{http_get, start_run};
+use support::{state_home, wait_for, PgCluster, WAIT};
 
 /// Run `pgoutbox <args>` on a pseudo-terminal (util-linux `script`), with `env`
 /// added to a clean environment; returns everything it wrote (stdout and stderr
@@ -74,4 +76,85 @@ fn no_color_and_color_never_keep_a_terminal_log_plain() {
     let piped = p.stderr();
     logged(&piped);
     assert!(piped.contains(ESC), "{piped:?}");
+}
+
+/// `pgoutbox_kafka_client_errors_total` of `relay`.
+fn client_errors(relay: &support::Pgoutbox) -> u64 {
+    let metrics = http_get(relay, "/metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pgoutbox_kafka_client_errors_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no kafka client error counter in:\n{metrics}"))
+}
+
+/// The relay's log lines about the brokers.
+fn kafka_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("kafka client error") || l.contains("kafka brokers"))
+        .collect()
+}
+
+/// Regression (issue 13 item 6): with the broker unreachable the relay wrote ~140
+/// lines in 5 s (librdkafka's AllBrokersDown twice every 50 ms). Now hundreds of
+/// client errors (counted in the metric) leave a handful of lines.
+#[test]
+fn an_unreachable_broker_is_logged_once_not_per_retry() {
+    let db = PgCluster::shared().fresh_db();
+    // Nothing listens on this port: every connection attempt is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let relay = start_run(&db, &format!("127.0.0.1:{port}"), &[]);
+    wait_for("200 kafka client errors", WAIT * 2, || {
+        (client_errors(&relay) >= 200).then_some(())
+    });
+    let stderr = relay.stderr();
+    let lines = kafka_lines(&stderr);
+    // The connection failure, its transport error, the outage; a summary a minute
+    // if this machine is slow.
+    assert!(
+        lines.len() <= 6,
+        "{} lines:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    assert_eq!(
+        stderr.matches("kafka brokers unreachable").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// The outage ends with one line saying so, with the count of what was not logged.
+#[test]
+fn a_broker_outage_is_said_once_and_its_end_too() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start();
+    let relay = start_run(&db, &broker.addr(), &[]);
+    broker.stop();
+    relay.wait_stderr("kafka brokers unreachable", WAIT);
+    broker.resume();
+    relay.wait_stderr("kafka brokers reachable again", WAIT);
+    let stderr = relay.stderr();
+    assert_eq!(
+        stderr.matches("kafka brokers unreachable").count(),
+        1,
+        "{stderr}"
+    );
+    let back: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("kafka brokers reachable again"))
+        .collect();
+    assert_eq!(back.len(), 1, "{stderr}");
+    assert!(back[0].contains("errors_suppressed="), "{}", back[0]);
+    let lines = kafka_lines(&stderr);
+    assert!(
+        lines.len() <= 8,
+        "{} lines:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
 }
