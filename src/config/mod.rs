@@ -454,34 +454,45 @@ mod tests {
     /// Regression (issue 13 item 7): NO_COLOR was ignored on a terminal.
     #[test]
     fn log_colors_follow_color_no_color_and_term() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
+        // (NO_COLOR, TERM) as the environment.
+        let env = |no_color: Option<&'static str>, term: Option<&'static str>| {
+            move |name: &str| match name {
+                "NO_COLOR" => no_color.map(str::to_owned),
+                "TERM" => term.map(str::to_owned),
+                _ => None,
             }
         };
-        let none = env(&[]);
-        assert!(log_colors(ColorWhen::Auto, true, &none));
-        assert!(!log_colors(ColorWhen::Auto, false, &none));
-        assert!(!log_colors(
-            ColorWhen::Auto,
-            true,
-            &env(&[("NO_COLOR", "1")])
-        ));
-        assert!(log_colors(ColorWhen::Auto, true, &env(&[("NO_COLOR", "")])));
-        assert!(!log_colors(
-            ColorWhen::Auto,
-            true,
-            &env(&[("TERM", "dumb")])
-        ));
-        assert!(log_colors(
-            ColorWhen::Always,
-            false,
-            &env(&[("NO_COLOR", "1")])
-        ));
-        assert!(!log_colors(ColorWhen::Never, true, &none));
+        let plain = env(None, Some("xterm"));
+        assert!(log_colors(ColorWhen::Auto, true, &plain));
+        assert!(!log_colors(ColorWhen::Auto, false, &plain));
+        assert!(!log_colors(ColorWhen::Auto, true, &env(Some("1"), None)));
+        assert!(log_colors(ColorWhen::Auto, true, &env(Some(""), None)));
+        assert!(!log_colors(ColorWhen::Auto, true, &env(None, Some("dumb"))));
+        assert!(log_colors(ColorWhen::Always, false, &env(Some("1"), None)));
+        assert!(!log_colors(ColorWhen::Never, true, &plain));
+    }
+
+    /// A config file's per-table template is checked too, naming its section.
+    #[test]
+    fn a_bad_table_template_names_its_section() {
+        let table = TableName::parse("public.orders").unwrap();
+        let mut overrides = TableOverrides::new();
+        overrides.insert(
+            "public.orders".into(),
+            [("topic_template".to_owned(), "orders ${routedByValue}".to_owned())].into(),
+        );
+        let routing = RoutingConfig {
+            mapping: ColumnMapping::default(),
+            topic_template: "outbox.event.${routedByValue}".into(),
+            overrides,
+        };
+        let err = routing.specs(&[table]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid topic_template of [tables.\"public.orders\"] in the config file \
+             \"orders ${routedByValue}\": ' ' (character 7) cannot be part of a Kafka topic \
+             name, which allows only a-z A-Z 0-9 . _ -; fix: e.g. orders.${routedByValue}"
+        );
     }
 
     #[test]
