@@ -479,7 +479,11 @@ mod tests {
         let mut overrides = TableOverrides::new();
         overrides.insert(
             "public.orders".into(),
-            [("topic_template".to_owned(), "orders ${routedByValue}".to_owned())].into(),
+            [(
+                "topic_template".to_owned(),
+                "orders ${routedByValue}".to_owned(),
+            )]
+            .into(),
         );
         let routing = RoutingConfig {
             mapping: ColumnMapping::default(),
