@@ -109,7 +109,7 @@ fn fix_for(code: RDKafkaErrorCode) -> &'static str {
         E::UnknownTopicOrPartition | E::UnknownTopic => {
             "; fix: create the topic, or enable auto.create.topics.enable on the brokers"
         }
-        E::InvalidTopic => "; fix: change --topic-template or the routing value so it yields a legal topic name",
+        E::InvalidTopic => "; fix: change --topic-template so it yields a legal topic name (an UPDATE of the row changes nothing: the relay reads the row as it was inserted)",
         _ => "",
     }
 }

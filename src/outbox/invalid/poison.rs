@@ -48,7 +48,7 @@ impl PoisonRow {
 pub fn fix_for(cause: Cause) -> &'static str {
     match cause {
         Cause::NullKey => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its key column changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a non-empty key column (see --key-column) as a new row",
-        Cause::InvalidTopic => "change --topic-template so every routing value yields 1-249 of [a-zA-Z0-9._-] and restart (the template applies to rows already written); an UPDATE of the row's routing column changes nothing, the relay reads the row as it was inserted (from the WAL)",
+        Cause::InvalidTopic => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its routing column changes nothing; if the template is at fault, change --topic-template so the topic is 1-249 of [a-zA-Z0-9._-] and restart (it applies to rows already written); if the routing value is, move past the row with the policy below, and INSERT a copy with a legal routing value as a new row if the event must still go out",
         Cause::TooLarge => "raise the broker's message.max.bytes (and --kafka-option message.max.bytes) and restart; a smaller payload only helps a new row, the relay reads this one as it was inserted (from the WAL)",
         Cause::InvalidJson => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its payload changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a JSON payload as a new row (a jsonb column makes PostgreSQL refuse such rows)",
         Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
@@ -97,7 +97,7 @@ mod tests {
                 cause.name()
             );
         }
-        assert!(fix_for(Cause::InvalidTopic).starts_with("change --topic-template"));
+        assert!(fix_for(Cause::InvalidTopic).contains("change --topic-template"));
     }
 
     #[test]
