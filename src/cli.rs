@@ -37,7 +37,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     /// Color in human log lines: `auto` colors only when stderr is a terminal and
-    /// NO_COLOR is unset or empty (https://no-color.org) and TERM is not `dumb`;
+    /// NO_COLOR is unset or empty (see no-color.org) and TERM is not `dumb`;
     /// `always` and `never` decide regardless.
     #[arg(long, global = true, env = "PGOUTBOX_COLOR", value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
     pub color: ColorWhen,

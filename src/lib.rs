@@ -15,7 +15,8 @@
 //!   publication and tables a command works on.
 //! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`])
 //!   and poison rows with their dead letters ([`outbox::invalid`]).
-//! - [`kafka`]: producer settings and the delivery-report sink.
+//! - [`kafka`]: producer settings, the delivery-report sink and what is logged of
+//!   broker trouble ([`kafka::outage`]: an outage once, then a summary a minute).
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.

@@ -256,7 +256,7 @@ pub struct TemplateSource {
 
 /// Whether human log lines carry ANSI colors: `--color always|never` decide;
 /// `auto` colors only a terminal, and not when `NO_COLOR` is set to a non-empty
-/// value (https://no-color.org) or `TERM` is `dumb`. `env` looks up a variable.
+/// value (<https://no-color.org>) or `TERM` is `dumb`. `env` looks up a variable.
 pub fn log_colors(
     when: ColorWhen,
     is_terminal: bool,

@@ -107,26 +107,7 @@ impl OutageLog {
         error: String,
     ) -> Option<Report> {
         match &mut self.outage {
-            None if all_down => {
-                // Kinds just logged (the connection failures that led here) are
-                // not logged again as news of the outage.
-                let mut seen: Vec<String> = self
-                    .quiet
-                    .iter()
-                    .filter(|(_, q)| now.saturating_duration_since(q.last_line) < self.every)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                seen.push(kind.to_owned());
-                self.outage = Some(Outage {
-                    since: now,
-                    last_line: now,
-                    pending: 0,
-                    total: 0,
-                    seen,
-                    last_error: error.clone(),
-                });
-                Some(Report::Down { error })
-            }
+            None if all_down => Some(self.begin(now, kind, error)),
             None => self.outside_outage(now, kind, error),
             Some(outage) if !outage.seen.iter().any(|k| k == kind) => {
                 outage.seen.push(kind.to_owned());
@@ -150,6 +131,27 @@ impl OutageLog {
                 })
             }
         }
+    }
+
+    /// Every broker became unreachable: the outage starts. Kinds just logged (the
+    /// connection failures that led here) are not logged again as its news.
+    fn begin(&mut self, now: Instant, kind: &str, error: String) -> Report {
+        let mut seen: Vec<String> = self
+            .quiet
+            .iter()
+            .filter(|(_, q)| now.saturating_duration_since(q.last_line) < self.every)
+            .map(|(k, _)| k.clone())
+            .collect();
+        seen.push(kind.to_owned());
+        self.outage = Some(Outage {
+            since: now,
+            last_line: now,
+            pending: 0,
+            total: 0,
+            seen,
+            last_error: error.clone(),
+        });
+        Report::Down { error }
     }
 
     fn outside_outage(&mut self, now: Instant, kind: &str, error: String) -> Option<Report> {

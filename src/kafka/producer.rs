@@ -25,7 +25,7 @@
 //! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
 //! logged or returned before secret configuration values are scrubbed from it;
 //! librdkafka's client errors and warning log lines go through one
-//! [`OutageLog`](crate::kafka::outage::OutageLog) shared by every producer of the
+//! [`OutageLog`] shared by every producer of the
 //! sink, so an outage is logged once and summarized, not once per retry (all of
 //! them count in `pgoutbox_kafka_client_errors_total`).
 
