@@ -35,12 +35,29 @@ pub struct Cli {
     /// Filter with RUST_LOG (e.g. RUST_LOG=pgoutbox=debug).
     #[arg(long, global = true, env = "PGOUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+
+    /// Color in human log lines: `auto` colors only when stderr is a terminal and
+    /// NO_COLOR is unset or empty (see no-color.org) and TERM is not `dumb`;
+    /// `always` and `never` decide regardless.
+    #[arg(long, global = true, env = "PGOUTBOX_COLOR", value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    pub color: ColorWhen,
+}
+
+/// `--color` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// On a terminal, unless NO_COLOR or TERM=dumb says otherwise.
+    Auto,
+    /// Always (e.g. a log viewer that renders ANSI colors).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// `--log-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Readable lines (colored on a terminal).
+    /// Readable lines (colored on a terminal; see --color).
     Human,
     /// One JSON object per line, for log shippers.
     Json,
@@ -81,7 +98,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Show the replication slot: active pid, confirmed LSN, lag, wal_status, failover.
     Status(StatusArgs),
-    /// Drop the replication slot and the publication (asks for --yes).
+    /// Drop the replication slot, the publication and run's state file of the slot
+    /// (asks for --yes).
     Teardown(TeardownArgs),
     /// Configuration helpers: show the effective configuration, import Debezium.
     #[command(subcommand)]
@@ -411,23 +429,8 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
 
-    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
-    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
-    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
-    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
-    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
-    /// are never shown.
-    #[arg(
-        long = "kafka-option",
-        env = "PGOUTBOX_KAFKA_OPTION",
-        value_name = "KEY=VALUE"
-    )]
-    pub kafka_options: Vec<String>,
-
-    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
-    /// mounted secret); it overrides a sasl.password given with --kafka-option.
-    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
-    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
 
     /// What to do with an UPDATE or DELETE of an outbox row (only seen with a
     /// publication that publishes them).
@@ -507,12 +510,8 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub stall_timeout: std::time::Duration,
 
-    /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
-    /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else
-    /// $XDG_STATE_HOME/pgoutbox, else ~/.local/state/pgoutbox. `off` disables the
-    /// slot-safety checks that need it.
-    #[arg(long, env = "PGOUTBOX_STATE_DIR", value_name = "DIR|off")]
-    pub state_dir: Option<String>,
+    #[command(flatten)]
+    pub state: StateDirArg,
 
     /// Start even though the slot was advanced, dropped, re-created or moved to
     /// another server behind the relay's back: log the skipped range, create the slot
@@ -557,6 +556,41 @@ pub enum ConfigCommand {
     },
 }
 
+/// How the producer reaches the brokers: the same for `run` and `check`, so a TLS or
+/// SASL cluster can be pre-checked with the settings `run` will use.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Extra librdkafka producer setting (repeatable, or comma-separated: a comma
+    /// starts a new setting only when `key=` follows), e.g. --kafka-option linger.ms=10,
+    /// or security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-256, sasl.username=…,
+    /// ssl.ca.location=/etc/kafka-ca.crt. Settings that would weaken delivery (acks,
+    /// enable.idempotence) are refused; secret values (sasl.password, *.password, …)
+    /// are never shown.
+    #[arg(
+        long = "kafka-option",
+        env = "PGOUTBOX_KAFKA_OPTION",
+        value_name = "KEY=VALUE"
+    )]
+    pub kafka_options: Vec<String>,
+
+    /// Read the Kafka SASL password (librdkafka sasl.password) from this file (e.g. a
+    /// mounted secret); it overrides a sasl.password given with --kafka-option.
+    #[arg(long, env = "PGOUTBOX_KAFKA_SASL_PASSWORD_FILE", value_name = "FILE")]
+    pub kafka_sasl_password_file: Option<std::path::PathBuf>,
+}
+
+/// Where `run` keeps its state file: `run` writes it, `teardown` removes it with the
+/// slot.
+#[derive(Debug, Clone, Args)]
+pub struct StateDirArg {
+    /// Directory of the state file (the last LSN confirmed to PostgreSQL, checked
+    /// against the slot at every start). Default: $STATE_DIRECTORY (systemd), else
+    /// $XDG_STATE_HOME/pgoutbox, else ~/.local/state/pgoutbox. `off` disables the
+    /// slot-safety checks that need it.
+    #[arg(long, env = "PGOUTBOX_STATE_DIR", value_name = "DIR|off")]
+    pub state_dir: Option<String>,
+}
+
 /// `pgoutbox check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
@@ -572,9 +606,13 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub slot_failover: SlotFailoverArg,
 
-    /// Also check these Kafka brokers are reachable.
+    /// Also check these Kafka brokers are reachable, with the --kafka-option settings
+    /// `run` uses (TLS, SASL, …).
     #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
     pub brokers: Option<String>,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
 
     /// Output JSON instead of lines.
     #[arg(long)]
@@ -607,6 +645,11 @@ pub struct TeardownArgs {
 
     #[command(flatten)]
     pub slot: SlotArg,
+
+    /// The state directory `run` uses: the slot's state file there is removed with
+    /// the slot, so the next `run` starts afresh instead of refusing.
+    #[command(flatten)]
+    pub state: StateDirArg,
 
     /// Really drop them (the slot's position is lost: undelivered events must then be
     /// recovered from the outbox table).

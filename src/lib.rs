@@ -19,7 +19,8 @@
 //!   poison rows with their dead letters ([`outbox::invalid`]), W3C trace context
 //!   ([`outbox::trace`]) and the Kafka Connect record format of a Debezium
 //!   connector ([`outbox::connect`]).
-//! - [`kafka`]: producer settings and the delivery-report sink.
+//! - [`kafka`]: producer settings, the delivery-report sink and what is logged of
+//!   broker trouble ([`kafka::outage`]: an outage once, then a summary a minute).
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.

@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use clap::CommandFactory;
 use pgoutbox::cli::{
-    CheckArgs, Cli, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs, TeardownArgs,
+    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs,
+    TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
-use pgoutbox::ops::check::CheckInput;
+use pgoutbox::ops::check::{CheckInput, TemplateInput};
 use pgoutbox::pg::catalog::Ensured;
 
 fn main() -> ExitCode {
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    init_logging(cli.log_format, cli.color);
     // One thread for all async work: the relay's tasks (replication stream, the
     // relay loop, HTTP) hand messages to each other constantly, and on one thread a
     // hand-off is a queue push instead of a cross-thread wake-up (futex + context
@@ -52,8 +53,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters.
-fn init_logging(format: LogFormat) {
+/// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters;
+/// colors follow `--color` ([`config::log_colors`]).
+fn init_logging(format: LogFormat, color: ColorWhen) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -63,7 +65,12 @@ fn init_logging(format: LogFormat) {
         .with_target(false);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Human => {
+            let ansi = config::log_colors(color, std::io::stderr().is_terminal(), &|name| {
+                std::env::var(name).ok()
+            });
+            builder.with_ansi(ansi).init()
+        }
     }
 }
 
@@ -163,8 +170,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
     let source = config::source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
     let mut columns: Vec<String> = Vec::new();
-    for spec in routing.specs(&source.tables)? {
-        let m = spec.mapping;
+    for m in routing.mappings(&source.tables)? {
         let trace = m.trace_context.map(|t| t.column);
         for c in [m.id, m.route_by, m.key, m.payload]
             .into_iter()
@@ -175,6 +181,15 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
             }
         }
     }
+    let templates = routing
+        .templates(&source.tables)
+        .into_iter()
+        .map(|t| TemplateInput {
+            table: t.table,
+            template: t.template,
+            origin: t.origin,
+        })
+        .collect();
     let input = CheckInput {
         conninfo: source.conninfo.clone(),
         publication: source.publication.clone(),
@@ -183,6 +198,8 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         slot_failover: args.slot_failover.slot_failover,
         columns,
         brokers: args.brokers.clone(),
+        kafka_options: config::kafka_options(&args.kafka)?,
+        templates,
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {
@@ -219,11 +236,17 @@ async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
     let slot = validate_slot(&args.slot.name)?;
     anyhow::ensure!(
         args.yes,
-        "teardown drops replication slot {slot:?} and publication {:?}; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
+        "teardown drops replication slot {slot:?}, publication {:?} and run's state file of the slot; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
         source.publication
     );
-    let outcome =
-        pgoutbox::ops::teardown::teardown(&source.conninfo, &slot, &source.publication).await?;
+    let state_dir = pgoutbox::state::state_dir(args.state.state_dir.as_deref())?;
+    let outcome = pgoutbox::ops::teardown::teardown(
+        &source.conninfo,
+        &slot,
+        &source.publication,
+        state_dir.as_deref(),
+    )
+    .await?;
     print!("{}", outcome.render());
     Ok(())
 }

@@ -56,6 +56,8 @@ pub const PRODUCER_CONNECTED: &str = "pgoutbox_producer_connected";
 pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
 /// Sessions ended because the oldest in-flight record got no ack (`--stall-timeout`).
 pub const STALLS: &str = "pgoutbox_stalls_total";
+/// librdkafka client errors and warnings, logged or not (an outage logs few lines).
+pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -80,6 +82,7 @@ pub struct Metrics {
     in_flight_bytes: AtomicU64,
     reconnects: AtomicU64,
     promotions_followed: AtomicU64,
+    kafka_client_errors: AtomicU64,
     replication_connected: AtomicBool,
     producer_connected: AtomicBool,
     oldest_in_flight_age_ms: AtomicU64,
@@ -156,6 +159,11 @@ impl Metrics {
     /// A session started on a promoted server (see [`PROMOTIONS_FOLLOWED`]).
     pub fn promotion_followed(&self) {
         self.promotions_followed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// librdkafka reported a client error or a warning.
+    pub fn kafka_client_error(&self) {
+        self.kafka_client_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Replication stream up/down.
@@ -335,6 +343,13 @@ impl Metrics {
             "counter",
             "Failovers followed: sessions started on a promoted server (same system, later timeline) from its synchronized slot.",
             self.promotions_followed.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            KAFKA_CLIENT_ERRORS,
+            "counter",
+            "librdkafka client errors and warnings (the log shows an outage once, then a summary a minute).",
+            self.kafka_client_errors.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

@@ -69,6 +69,13 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// The file could not be removed (`teardown`).
+    #[error("cannot remove state file {path}: {source}; fix: remove it by hand (the relay's slot is gone, so the file only makes the next run refuse)")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The file exists but does not hold a valid state.
     #[error("state file {path} is corrupt ({reason}); fix: restore it, or move it away to make the relay adopt the slot's current position (the check for a slot moved behind the relay's back is then skipped once)")]
     Corrupt { path: PathBuf, reason: String },
@@ -239,6 +246,27 @@ impl StateFile {
         Ok(Self {
             path: dir.join(file_name(database, slot)),
         })
+    }
+
+    /// The file of `slot` of `database` in `dir`, without creating anything (for
+    /// reading or removing a file that may not exist).
+    pub fn at(dir: &Path, database: &str, slot: &str) -> Self {
+        Self {
+            path: dir.join(file_name(database, slot)),
+        }
+    }
+
+    /// Remove the file (`teardown`, once the slot it records is dropped); `false`
+    /// when there was none.
+    pub fn remove(&self) -> Result<bool, StateError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(StateError::Remove {
+                path: self.path.clone(),
+                source,
+            }),
+        }
     }
 
     /// The file's path.

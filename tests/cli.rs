@@ -15,10 +15,27 @@ fn check_exits_zero_on_a_correct_setup_and_non_zero_naming_the_fix() {
     let db = PgCluster::shared().fresh_db();
     let url = db.url();
     let slot = db.name.clone();
+    // No publication yet, but `run` creates it (the role owns the table): a note, not
+    // a failure (issue 13 item 10).
     let (ok, out, err) = run_to_end(&["check", "--database-url", &url, "--slot", &slot]);
-    assert!(!ok, "no publication yet: {out}\n{err}");
+    assert!(ok, "no publication yet, run creates it: {out}\n{err}");
     assert!(
-        out.contains("✘") && out.contains("CREATE PUBLICATION"),
+        out.contains("will create it") && !out.contains('✘'),
+        "{out}"
+    );
+    // A missing table is nothing `run` can fix.
+    let (ok, out, err) = run_to_end(&[
+        "check",
+        "--database-url",
+        &url,
+        "--slot",
+        &slot,
+        "--table",
+        "public.nope",
+    ]);
+    assert!(!ok, "missing table: {out}\n{err}");
+    assert!(
+        out.contains("✘ table: public.nope = missing") && out.contains("sql/outbox.sql"),
         "{out}"
     );
     let (ok, _, err) = run_to_end(&["setup", "--database-url", &url, "--slot", &slot]);

@@ -43,6 +43,8 @@ fn input(db: &TestDb<'_>, slot_failover: bool) -> CheckInput {
         slot_failover,
         columns: vec!["id".into()],
         brokers: None,
+        kafka_options: Default::default(),
+        templates: vec![],
     }
 }
 

@@ -20,6 +20,7 @@ mod failover;
 mod failover_slots;
 mod faults;
 mod keepalive;
+mod logs;
 mod mock_kafka;
 mod network;
 mod ops;

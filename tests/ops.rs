@@ -5,11 +5,12 @@ use crate::support;
 
 use pgoutbox::ops::check::{check, Check, CheckInput, CheckReport};
 use pgoutbox::ops::status::status;
-use pgoutbox::ops::teardown::teardown;
+use pgoutbox::ops::teardown::{teardown, StateCleanup, TeardownError};
 use pgoutbox::pg::catalog::{grants_sql, CatalogError, TableName};
 use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::lsn::Lsn;
 use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::state::{SlotState, StateFile};
 use support::kafka::Broker;
 use support::{wait_until_eq, ClusterOptions, PgCluster, TestDb, WAIT};
 
@@ -42,6 +43,8 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         slot_failover: true,
         columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
         brokers: None,
+        kafka_options: Default::default(),
+        templates: vec![],
     }
 }
 
@@ -356,6 +359,133 @@ async fn check_as_a_plain_role_then_with_the_least_privilege_grants() {
     );
 }
 
+/// Regression (issue 13 item 10): a missing publication that `run` creates itself
+/// was a failure (exit 1). `check` predicts `run`: the role may create it, so it
+/// passes with a note — and `run` then does create it. A role that may not create
+/// it still fails, with the SQL for an owner.
+#[tokio::test]
+async fn check_missing_publication_fails_only_when_run_cannot_create_it() {
+    let db = PgCluster::shared().fresh_db();
+    let mut input = input(&db);
+    let report = check(&input).await;
+    assert!(report.ok(), "{}", report.render());
+    let publication = get(&report, "publication", "pgoutbox");
+    assert_eq!(
+        publication.observed,
+        "missing — `pgoutbox run` (or `setup`) will create it: postgres may create a \
+         publication of the outbox tables"
+    );
+    assert!(report.render().contains(
+        "✔ publication: pgoutbox = missing — `pgoutbox run` (or `setup`) will create it"
+    ));
+
+    // `run` (here with no broker to reach) creates it, as `check` said.
+    let mut relay = support::Pgoutbox::spawn(&[
+        "run",
+        "--database-url",
+        &db.url(),
+        "--slot",
+        &input.slot,
+        "--brokers",
+        "127.0.0.1:1",
+        "--http-addr",
+        "off",
+    ]);
+    relay.wait_stderr("created publication", WAIT);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+    assert_eq!(
+        db.psql("SELECT count(*) FROM pg_publication WHERE pubname = 'pgoutbox'"),
+        "1"
+    );
+
+    // A least-privilege role owns no table: `run` cannot create it, `check` fails.
+    db.psql("DROP PUBLICATION pgoutbox");
+    let app = format!("{}_app", db.name);
+    for statement in grants_sql(&app, &[table("public.outbox")]) {
+        if !statement.starts_with("--") {
+            db.psql(&statement);
+        }
+    }
+    input.conninfo = conninfo(&format!(
+        "postgres://{app}@127.0.0.1:{}/{}?sslmode=disable",
+        db.cluster.port, db.name
+    ));
+    let report = check(&input).await;
+    assert_eq!(
+        failures(&report),
+        [("publication", "pgoutbox")],
+        "{}",
+        report.render()
+    );
+    let publication = get(&report, "publication", "pgoutbox");
+    assert_eq!(
+        publication.observed,
+        format!(
+            "missing, and `run` cannot create it: every outbox table must exist, and {app} \
+             must own them all and have CREATE on the database (or be a superuser)"
+        )
+    );
+    assert!(
+        fix(publication)
+            .starts_with("CREATE PUBLICATION \"pgoutbox\" FOR TABLE \"public\".\"outbox\""),
+        "{publication:?}"
+    );
+}
+
+/// Regression (issue 13 item 9): templates `run` stops on at the first row passed
+/// `check`. Each is now a failed `topic_template` check with the fix.
+#[test]
+fn check_refuses_bad_topic_templates_with_the_fix() {
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    for (template, fixed) in [
+        (
+            "orders/${routedByValue}",
+            "fix: e.g. orders.${routedByValue}",
+        ),
+        (
+            "outbox.${routedbyvalue}",
+            "fix: did you mean ${routedByValue}?",
+        ),
+    ] {
+        let mut p = support::Pgoutbox::spawn(&[
+            "check",
+            "--database-url",
+            &db.url(),
+            "--slot",
+            &db.name,
+            "--topic-template",
+            template,
+        ]);
+        let status = p.wait_exit(WAIT);
+        let out = p.stdout_so_far().join("\n");
+        assert!(!status.success(), "{template}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("✘ topic_template: public.outbox"))
+            .unwrap_or_else(|| panic!("{template}: no failed topic_template check:\n{out}"));
+        assert!(line.contains(fixed), "{line}");
+        assert_eq!(out.matches('✘').count(), 1, "{out}");
+        // `run` refuses it before connecting, with the same words.
+        let mut run = support::Pgoutbox::spawn(&[
+            "run",
+            "--database-url",
+            &db.url(),
+            "--brokers",
+            "127.0.0.1:1",
+            "--topic-template",
+            template,
+        ]);
+        assert!(!run.wait_exit(WAIT).success());
+        let err = run.stderr();
+        assert!(
+            err.contains(&format!("invalid --topic-template {template:?}")) && err.contains(fixed),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -374,6 +504,8 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         columns: vec![],
         // Nothing listens on port 1.
         brokers: Some("127.0.0.1:1".into()),
+        kafka_options: Default::default(),
+        templates: vec![],
     };
     let report = check(&input).await;
     assert_eq!(
@@ -453,7 +585,7 @@ async fn teardown_removes_slot_and_publication_and_is_idempotent() {
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
     create_slot(&db, &slot);
     let info = conninfo(&db.url());
-    let first = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let first = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(first.slot_dropped && first.publication_dropped, "{first:?}");
     assert_eq!(
         db.psql(&format!(
@@ -462,7 +594,7 @@ async fn teardown_removes_slot_and_publication_and_is_idempotent() {
         "0"
     );
     assert_eq!(db.psql("SELECT count(*) FROM pg_publication"), "0");
-    let second = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let second = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(
         !second.slot_dropped && !second.publication_dropped,
         "{second:?}"
@@ -476,10 +608,16 @@ async fn teardown_leaves_a_slot_of_another_database_alone() {
     let (db, other) = (cluster.fresh_db(), cluster.fresh_db());
     let slot = format!("{}_slot", db.name);
     create_slot(&db, &slot);
-    let err = teardown(&conninfo(&other.url()), &slot, "pgoutbox")
+    let err = teardown(&conninfo(&other.url()), &slot, "pgoutbox", None)
         .await
         .unwrap_err();
-    assert!(matches!(err, CatalogError::SlotDatabase { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            TeardownError::Catalog(CatalogError::SlotDatabase { .. })
+        ),
+        "{err}"
+    );
     assert_eq!(
         db.psql(&format!(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
@@ -519,9 +657,9 @@ async fn teardown_refuses_an_active_slot() {
         format!("pgoutput logical slot, active (walsender pid {pid})")
     );
 
-    let err = teardown(&info, &slot, "pgoutbox").await.unwrap_err();
+    let err = teardown(&info, &slot, "pgoutbox", None).await.unwrap_err();
     match &err {
-        CatalogError::SlotActive { slot: s, pid: p } => {
+        TeardownError::Catalog(CatalogError::SlotActive { slot: s, pid: p }) => {
             assert_eq!((s.as_str(), *p), (slot.as_str(), pid));
         }
         other => panic!("expected SlotActive, got {other}"),
@@ -534,6 +672,66 @@ async fn teardown_refuses_an_active_slot() {
     wait_until_eq("the slot to become inactive", WAIT, &String::new(), || {
         db.psql(&active_sql)
     });
-    let outcome = teardown(&info, &slot, "pgoutbox").await.unwrap();
+    let outcome = teardown(&info, &slot, "pgoutbox", None).await.unwrap();
     assert!(outcome.slot_dropped && outcome.publication_dropped);
+}
+
+/// Issue 13 item 12: teardown removes `run`'s state file of the slot it dropped —
+/// but only one that records this server; another server's file is kept.
+#[tokio::test]
+async fn teardown_removes_the_state_file_of_this_server_only() {
+    let db = PgCluster::shared().fresh_db();
+    let slot = format!("{}_slot", db.name);
+    let dir = support::temp_dir("teardown-state");
+    let server = db.psql("SELECT system_identifier FROM pg_control_system()");
+    let file = StateFile::open(&dir, &db.name, &slot).unwrap();
+    let write = |system_id: &str| {
+        file.write(&SlotState::new(system_id, 1, &db.name, &slot, Lsn(0x100)))
+            .unwrap()
+    };
+    let info = conninfo(&db.url());
+
+    // Another server's file stays, and the output says why.
+    write("1");
+    create_slot(&db, &slot);
+    let outcome = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert!(outcome.slot_dropped);
+    assert_eq!(
+        outcome.state,
+        StateCleanup::OtherServer {
+            path: file.path().to_owned(),
+            recorded: "1".into(),
+            server: server.clone(),
+        }
+    );
+    assert!(file.path().exists());
+    assert!(
+        outcome.render().contains(&format!(
+            "state file {}: kept — it records server 1, this is server {server}",
+            file.path().display()
+        )),
+        "{}",
+        outcome.render()
+    );
+
+    // This server's file goes with the slot.
+    write(&server);
+    create_slot(&db, &slot);
+    let outcome = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.state,
+        StateCleanup::Removed {
+            path: file.path().to_owned(),
+            confirmed: Lsn(0x100),
+        }
+    );
+    assert!(!file.path().exists());
+    let again = teardown(&info, &slot, "pgoutbox", Some(&dir))
+        .await
+        .unwrap();
+    assert_eq!(again.state, StateCleanup::Absent(file.path().to_owned()));
 }

@@ -378,6 +378,18 @@ async fn fail_policy_stops_before_each_cause_without_confirming_past_it() {
             log.contains(&format!("--on-invalid {cause}=dlq")) && log.contains("Fix:"),
             "{cause}: the error offers the fix and the flags\n{log}"
         );
+        // Issue 13 item 20: editing the row is no fix (the relay reads the INSERT
+        // from the WAL); the text says so instead of asking for it.
+        assert!(
+            !log.contains("correct the row"),
+            "{cause}: no fix asks to edit the row\n{log}"
+        );
+        if ["null-key", "invalid-topic", "invalid-json"].contains(&cause) {
+            assert!(
+                log.contains("UPDATE") && log.contains("changes nothing"),
+                "{cause}: the error says an UPDATE of the row changes nothing\n{log}"
+            );
+        }
         let at = confirmed(&db);
         assert!(
             at < poison_lsn,

@@ -398,6 +398,44 @@ fn relay_delivers_over_sasl_scram_and_tls_without_showing_the_password() {
     );
 }
 
+/// Regression (issue 13 item 10): `check` took no `--kafka-option`, so a TLS/SASL
+/// cluster could not be pre-checked. With `run`'s settings it reaches the cluster
+/// through SASL/SCRAM over TLS; without them it fails naming the settings to check.
+#[test]
+fn check_reaches_a_sasl_ssl_cluster_with_the_relays_kafka_options() {
+    let kafka = secure_kafka();
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let password = secret_file("kafka-pw-check", KAFKA_CANARY);
+    let url = db.url();
+    let check = |extra: &[String]| {
+        let mut args: Vec<String> = ["check", "--database-url", &url, "--slot", &db.name]
+            .map(String::from)
+            .to_vec();
+        args.extend(["--brokers".to_owned(), kafka.addr.clone()]);
+        args.extend(extra.iter().cloned());
+        let mut p = Pgoutbox::spawn(&args);
+        let status = p.wait_exit(WAIT);
+        let out = p.stdout_so_far().join("\n");
+        assert_no_canary("check", &out);
+        assert_no_canary("check", &p.stderr());
+        (status.success(), out)
+    };
+    let (ok, out) = check(&kafka_security(&kafka.pki.ca_file(), &password));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!("✔ kafka: {} = reachable: 1 broker(s)", kafka.addr)),
+        "{out}"
+    );
+    let (ok, out) = check(&[]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!("✘ kafka: {} = unreachable", kafka.addr))
+            && out.contains("--kafka-option security.protocol="),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_wrong_kafka_ca_is_named_in_the_log() {
     let kafka = secure_kafka();

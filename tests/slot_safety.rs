@@ -298,6 +298,52 @@ fn recreated_slot_is_fatal_and_the_documented_republish_recovers_every_event() {
     stop(relay);
 }
 
+/// Regression (issue 13 item 12): `teardown --yes` left the state file, so the next
+/// `run` refused ("slot does not exist, but this relay confirmed up to …"). A
+/// deliberate teardown clears the state: run, teardown, run again works.
+#[test]
+fn run_after_teardown_starts_afresh() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let state = temp_dir("state");
+    let relay = start(&db, &broker, &state, &[]);
+    let first = insert(&db, "order", 2);
+    read_all(&broker, &db, "order", &first);
+    stop(relay);
+    let file = state_file(&state, &db);
+    assert!(file.exists(), "run keeps a state file");
+
+    let state_arg = state.display().to_string();
+    let mut teardown = Pgoutbox::spawn(&[
+        "teardown",
+        "--database-url",
+        &db.url(),
+        "--slot",
+        &db.name,
+        "--state-dir",
+        &state_arg,
+        "--yes",
+    ]);
+    let status = teardown.wait_exit(WAIT);
+    let out = teardown.stdout_so_far().join("\n");
+    assert!(status.success(), "{out}\n{}", teardown.stderr());
+    assert!(
+        out.contains(&format!(
+            "state file {}: removed (the next run starts afresh)",
+            file.display()
+        )),
+        "{out}"
+    );
+    assert!(!file.exists());
+    assert_eq!(slot(&db), None);
+
+    let relay = start(&db, &broker, &state, &[]);
+    assert_mentions(&relay.stderr(), &["no state file yet: adopting"]);
+    let after = insert(&db, "after", 2);
+    read_all(&broker, &db, "after", &after);
+    stop(relay);
+}
+
 // --------------------------------------------------------------------------------
 // b. slot missing while a state file exists
 // --------------------------------------------------------------------------------

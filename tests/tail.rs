@@ -277,15 +277,76 @@ async fn tail_leaves_replication_slots_as_they_were() {
     );
 }
 
+/// `name:insert|update|delete|truncate` of every publication of `db`, sorted.
+fn publications(db: &TestDb<'_>) -> Vec<String> {
+    let text = db.psql(
+        "SELECT pubname || ':' || pubinsert || '|' || pubupdate || '|' || pubdelete || '|' \
+         || pubtruncate FROM pg_publication ORDER BY pubname",
+    );
+    text.lines().map(str::to_owned).collect()
+}
+
+/// Without a publication tail reads through a temporary, insert-only one of the
+/// outbox tables — and (issue 13 item 11) drops it when it ends, here at `--limit`:
+/// the database is left as tail found it.
 #[test]
 fn missing_publication_is_created_insert_only() {
     let db = PgCluster::shared().fresh_db();
     let mut tail = start_tail(&db, &["--limit", "1"]);
-    let pubs = db.psql("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = 'pgoutbox'");
-    assert_eq!(pubs, "t|f|f|f");
+    let pubs = publications(&db);
+    assert_eq!(pubs.len(), 1, "{pubs:?}");
+    assert!(
+        pubs[0].starts_with("pgoutbox_tail_") && pubs[0].ends_with(":true|false|false|false"),
+        "a temporary insert-only publication, not the relay's: {pubs:?}"
+    );
+    let name = pubs[0].split(':').next().unwrap_or_default().to_owned();
+    assert_eq!(
+        db.psql(&format!(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = '{name}'"
+        )),
+        "public.outbox"
+    );
     db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
     assert_eq!(tail.take_lines(1, WAIT).len(), 1);
     assert!(tail.wait_exit(WAIT).success());
+    assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
+    assert!(
+        tail.stderr().contains("dropped the temporary publication"),
+        "{}",
+        tail.stderr()
+    );
+}
+
+/// Issue 13 item 11: however tail ends — SIGINT (Ctrl-C), SIGTERM, an error — the
+/// publication it created is gone; one that existed is left alone.
+#[test]
+fn tail_drops_its_publication_on_signals_and_errors_and_keeps_an_existing_one() {
+    let db = PgCluster::shared().fresh_db();
+    for signal in ["INT", "TERM"] {
+        let mut tail = start_tail(&db, &[]);
+        assert_eq!(publications(&db).len(), 1);
+        tail.signal(signal);
+        assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+        assert_eq!(
+            publications(&db),
+            Vec::<String>::new(),
+            "SIG{signal}: {}",
+            tail.stderr()
+        );
+    }
+    // An error after the publication was made: a mapped column the table lacks.
+    let mut tail = start_tail(&db, &["--payload-column", "body"]);
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    assert!(!tail.wait_exit(WAIT).success());
+    assert!(tail.stderr().contains("body"), "{}", tail.stderr());
+    assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
+    // An existing publication is read through and left as it was.
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert, update')");
+    let mut tail = start_tail(&db, &["--limit", "1"]);
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'T', '{}')");
+    assert_eq!(tail.take_lines(1, WAIT).len(), 1);
+    assert!(tail.wait_exit(WAIT).success());
+    assert_eq!(publications(&db), ["pgoutbox:true|true|false|false"]);
 }
 
 #[test]
@@ -365,4 +426,30 @@ fn rows_of_a_partitioned_outbox_are_seen_under_the_root_table() {
     let tables: Vec<&str> = lines.iter().map(|l| l.table.as_str()).collect();
     assert_eq!(tables, ["public.p_outbox", "public.p_outbox"]);
     assert_eq!(lines[1].topic, "outbox.event.invoice");
+}
+
+/// Issue 13 item 9: tail marks an event whose topic `run` would refuse (a poison
+/// row of cause invalid-topic), and only that one.
+#[test]
+fn events_with_an_illegal_topic_are_marked() {
+    let db = PgCluster::shared().fresh_db();
+    let mut tail = start_tail(&db, &["--limit", "2"]);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES \
+         ('new order', '1', 'T', '{}'), ('order', '2', 'T', '{}')",
+    );
+    let lines = tail.take_lines(2, WAIT);
+    let json: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(json[0]["topic"], "outbox.event.new order");
+    assert_eq!(
+        json[0]["topic_invalid"],
+        "topic \"outbox.event.new order\" is not a legal Kafka topic name \
+         (1-249 of [a-zA-Z0-9._-]): `run` treats this row as a poison row (invalid-topic)"
+    );
+    assert_eq!(json[1]["topic"], "outbox.event.order");
+    assert!(json[1].get("topic_invalid").is_none(), "{}", lines[1]);
+    assert!(tail.wait_exit(WAIT).success());
 }

@@ -112,6 +112,8 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
         .to_vec(),
         brokers: None,
         slot_failover: true,
+        kafka_options: Default::default(),
+        templates: vec![],
     };
     let report = check(&input).await;
     let other = report

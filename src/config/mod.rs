@@ -23,15 +23,15 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ConverterArg, FormatArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs, RunArgs, SourceArgs,
-    TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs,
+    RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};
 use crate::outbox::record::RecordTimestamp;
-use crate::outbox::routing::TopicTemplate;
+use crate::outbox::routing::{TemplateError, TopicTemplate};
 use crate::outbox::tables::TableSpec;
 use crate::outbox::trace::{TraceError, TraceField};
 use crate::pg::catalog::TableName;
@@ -94,6 +94,16 @@ pub enum ConfigError {
     /// A `--placement` that does not parse.
     #[error(transparent)]
     Placement(#[from] PlacementError),
+    /// A topic template that can never render a legal topic name.
+    #[error("invalid {origin} {template:?}: {reason}")]
+    TopicTemplate {
+        /// `--topic-template`, or the config file's table section.
+        origin: String,
+        /// The template as given.
+        template: String,
+        /// What is wrong, and the fix.
+        reason: TemplateError,
+    },
 }
 
 /// How rows become records: the global column mapping and topic template, and the
@@ -102,8 +112,8 @@ pub enum ConfigError {
 pub struct RoutingConfig {
     /// Column mapping (flags / env / file top level).
     pub mapping: ColumnMapping,
-    /// Topic template.
-    pub topic_template: TopicTemplate,
+    /// Topic template, as given (validated by [`RoutingConfig::specs`]).
+    pub topic_template: String,
     /// Per-table overrides from the config file's `[tables."schema.name"]`.
     pub overrides: TableOverrides,
 }
@@ -164,24 +174,72 @@ impl RoutingConfig {
                 placements: None,
                 not_null: Vec::new(),
             },
-            topic_template: TopicTemplate::new(&args.topic_template),
+            topic_template: args.topic_template.clone(),
         })
     }
 
     /// One spec per table: the global mapping and template, with the table's
-    /// overrides from the config file applied.
+    /// overrides from the config file applied; a template that can never render a
+    /// legal topic name is refused, naming where it came from.
     pub fn specs(&self, tables: &[TableName]) -> Result<Vec<TableSpec>, ConfigError> {
+        self.templates(tables)
+            .into_iter()
+            .zip(self.mappings(tables)?)
+            .map(|(t, mapping)| {
+                let template = TopicTemplate::parse(&t.template).map_err(|reason| {
+                    ConfigError::TopicTemplate {
+                        origin: t.origin,
+                        template: t.template.clone(),
+                        reason,
+                    }
+                })?;
+                Ok(TableSpec {
+                    table: t.table,
+                    mapping,
+                    template,
+                })
+            })
+            .collect()
+    }
+
+    /// Each table's topic template as given, and where it was given; unvalidated
+    /// (`check` reports a bad one as a failed check).
+    pub fn templates(&self, tables: &[TableName]) -> Vec<TemplateSource> {
+        tables
+            .iter()
+            .map(|table| {
+                let name = table.to_string();
+                match self
+                    .overrides
+                    .get(&name)
+                    .and_then(|o| o.get("topic_template"))
+                {
+                    Some(template) => TemplateSource {
+                        table: table.clone(),
+                        template: template.clone(),
+                        origin: format!("topic_template of [tables.\"{name}\"] in the config file"),
+                    },
+                    None => TemplateSource {
+                        table: table.clone(),
+                        template: self.topic_template.clone(),
+                        origin: "--topic-template".into(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Each table's column mapping: the global one with the table's overrides.
+    pub fn mappings(&self, tables: &[TableName]) -> Result<Vec<ColumnMapping>, ConfigError> {
         tables
             .iter()
             .map(|table| {
                 let mut mapping = self.mapping.clone();
-                let mut template = self.topic_template.clone();
                 let o = self.overrides.get(&table.to_string());
                 for (key, value) in o.into_iter().flatten() {
                     let v = value.clone();
                     match key.as_str() {
                         "route_by_field" => mapping.route_by = v,
-                        "topic_template" => template = TopicTemplate::new(&v),
                         "id_column" => mapping.id = v,
                         "key_column" => mapping.key = v,
                         "event_type_column" => mapping.event_type = v,
@@ -192,13 +250,39 @@ impl RoutingConfig {
                         _ => {}
                     }
                 }
-                Ok(TableSpec {
-                    table: table.clone(),
-                    mapping,
-                    template,
-                })
+                Ok(mapping)
             })
             .collect()
+    }
+}
+
+/// One table's topic template before validation.
+#[derive(Debug, Clone)]
+pub struct TemplateSource {
+    /// The table.
+    pub table: TableName,
+    /// The template text.
+    pub template: String,
+    /// Where it was set, for error messages.
+    pub origin: String,
+}
+
+/// Whether human log lines carry ANSI colors: `--color always|never` decide;
+/// `auto` colors only a terminal, and not when `NO_COLOR` is set to a non-empty
+/// value (<https://no-color.org>) or `TERM` is `dumb`. `env` looks up a variable.
+pub fn log_colors(
+    when: ColorWhen,
+    is_terminal: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> bool {
+    match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            let no_color = matches!(env("NO_COLOR"), Some(v) if !v.is_empty());
+            let dumb = env("TERM").as_deref() == Some("dumb");
+            is_terminal && !no_color && !dumb
+        }
     }
 }
 
@@ -232,16 +316,23 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
     })
 }
 
+/// Validate the librdkafka settings (`run` and `check`): parsing refuses unsafe
+/// options, before anything connects; the SASL password file overrides
+/// `sasl.password`.
+pub fn kafka_options(args: &KafkaArgs) -> Result<KafkaOptions, ConfigError> {
+    let mut options = KafkaOptions::parse(&args.kafka_options)?;
+    if let Some(path) = &args.kafka_sasl_password_file {
+        let password = read_secret("--kafka-sasl-password-file", path)?;
+        options.set_secret("sasl.password", Secret::from(password));
+    }
+    Ok(options)
+}
+
 /// Validate `run` arguments.
 pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
-    // Parsing also refuses unsafe options, before anything connects.
-    let mut kafka_options = KafkaOptions::parse(&args.kafka_options)?;
-    if let Some(path) = &args.kafka_sasl_password_file {
-        let password = read_secret("--kafka-sasl-password-file", path)?;
-        kafka_options.set_secret("sasl.password", Secret::from(password));
-    }
+    let kafka_options = kafka_options(&args.kafka)?;
     let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
     if brokers.is_empty() {
         return Err(ConfigError::NoBrokers);
@@ -295,7 +386,7 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
             ),
         },
         safety: SafetyConfig {
-            state_dir: state::state_dir(args.state_dir.as_deref())?,
+            state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
     })
@@ -442,6 +533,54 @@ pub fn show_toml(cfg: &RunConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 13 item 7): NO_COLOR was ignored on a terminal.
+    #[test]
+    fn log_colors_follow_color_no_color_and_term() {
+        // (NO_COLOR, TERM) as the environment.
+        let env = |no_color: Option<&'static str>, term: Option<&'static str>| {
+            move |name: &str| match name {
+                "NO_COLOR" => no_color.map(str::to_owned),
+                "TERM" => term.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let plain = env(None, Some("xterm"));
+        assert!(log_colors(ColorWhen::Auto, true, &plain));
+        assert!(!log_colors(ColorWhen::Auto, false, &plain));
+        assert!(!log_colors(ColorWhen::Auto, true, &env(Some("1"), None)));
+        assert!(log_colors(ColorWhen::Auto, true, &env(Some(""), None)));
+        assert!(!log_colors(ColorWhen::Auto, true, &env(None, Some("dumb"))));
+        assert!(log_colors(ColorWhen::Always, false, &env(Some("1"), None)));
+        assert!(!log_colors(ColorWhen::Never, true, &plain));
+    }
+
+    /// A config file's per-table template is checked too, naming its section.
+    #[test]
+    fn a_bad_table_template_names_its_section() {
+        let table = TableName::parse("public.orders").unwrap();
+        let mut overrides = TableOverrides::new();
+        overrides.insert(
+            "public.orders".into(),
+            [(
+                "topic_template".to_owned(),
+                "orders ${routedByValue}".to_owned(),
+            )]
+            .into(),
+        );
+        let routing = RoutingConfig {
+            mapping: ColumnMapping::default(),
+            topic_template: "outbox.event.${routedByValue}".into(),
+            overrides,
+        };
+        let err = routing.specs(&[table]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid topic_template of [tables.\"public.orders\"] in the config file \
+             \"orders ${routedByValue}\": ' ' (character 7) cannot be part of a Kafka topic \
+             name, which allows only a-z A-Z 0-9 . _ -; fix: e.g. orders.${routedByValue}"
+        );
+    }
 
     #[test]
     fn slot_names() {

@@ -2,8 +2,11 @@
 //! pipeline as plain values.
 //!
 //! - [`config`]: the producer settings pgoutbox insists on, then user overrides.
+//! - [`outage`]: what is logged of broker errors — an outage once, then a
+//!   summary a minute, then its end.
 //! - [`producer`]: [`producer::KafkaSink`] — send with backpressure (queue full),
 //!   delivery reports on a channel, error classification (transient / permanent).
 
 pub mod config;
+pub mod outage;
 pub mod producer;

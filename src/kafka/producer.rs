@@ -23,18 +23,24 @@
 //! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
 //! by the current producer (reports of a replaced producer are discarded); no text
 //! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
-//! logged or returned before secret configuration values are scrubbed from it.
+//! logged or returned before secret configuration values are scrubbed from it;
+//! librdkafka's client errors and warning log lines go through one
+//! [`OutageLog`] shared by every producer of the
+//! sink, so an outage is logged once and summarized, not once per retry (all of
+//! them count in `pgoutbox_kafka_client_errors_total`).
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use crate::kafka::config::Scrubber;
+use crate::kafka::outage::{self, OutageLog, SUMMARY_EVERY};
 use crate::metrics::Metrics;
 
 use crate::outbox::record::KafkaRecord;
@@ -103,7 +109,7 @@ fn fix_for(code: RDKafkaErrorCode) -> &'static str {
         E::UnknownTopicOrPartition | E::UnknownTopic => {
             "; fix: create the topic, or enable auto.create.topics.enable on the brokers"
         }
-        E::InvalidTopic => "; fix: change --topic-template or the routing value so it yields a legal topic name",
+        E::InvalidTopic => "; fix: change --topic-template so it yields a legal topic name (an UPDATE of the row changes nothing: the relay reads the row as it was inserted)",
         _ => "",
     }
 }
@@ -152,32 +158,99 @@ struct Context {
     deliveries: mpsc::UnboundedSender<Delivery>,
     metrics: Arc<Metrics>,
     scrubber: Scrubber,
+    outage: Arc<Outage>,
+}
+
+/// The outage log shared by the producers of one sink, with a flag read lock-free
+/// on every delivery.
+struct Outage {
+    log: Mutex<OutageLog>,
+    down: AtomicBool,
+}
+
+impl Outage {
+    fn new() -> Self {
+        Self {
+            log: Mutex::new(OutageLog::new(SUMMARY_EVERY)),
+            down: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutageLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A broker answered: ends an outage (logged once).
+    fn reachable(&self) {
+        if !self.down.load(Ordering::Relaxed) {
+            return;
+        }
+        let report = {
+            let mut log = self.lock();
+            self.down.store(false, Ordering::Relaxed);
+            log.on_up(std::time::Instant::now())
+        };
+        if let Some(report) = report {
+            outage::log(report);
+        }
+    }
+}
+
+impl Context {
+    /// Count a client error or warning and log what [`OutageLog`] says to.
+    fn report(&self, kind: &str, all_down: bool, text: String) {
+        self.metrics.kafka_client_error();
+        let now = std::time::Instant::now();
+        let report = {
+            let mut log = self.outage.lock();
+            let report = log.on_error(now, kind, all_down, text);
+            self.outage.down.store(log.is_down(), Ordering::Relaxed);
+            report
+        };
+        if let Some(report) = report {
+            outage::log(report);
+        }
+    }
 }
 
 impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
         // Broker-level trouble (all brokers down, TLS, SASL, …): librdkafka keeps
         // retrying; records stay in flight, so the slot does not move meanwhile.
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+        let code = error.rdkafka_error_code();
+        let all_down = code == Some(RDKafkaErrorCode::AllBrokersDown);
+        if all_down {
             self.metrics.set_producer_connected(false);
         }
         let error = self.scrubber.scrub(&error.to_string());
         let reason = self.scrubber.scrub(reason);
-        tracing::warn!(error = %error, reason = %reason, "kafka client error");
+        if code == Some(RDKafkaErrorCode::Fatal) {
+            self.metrics.kafka_client_error();
+            tracing::error!(error = %error, reason = %reason, "kafka client error");
+            return;
+        }
+        let source = code.map_or_else(|| "other".to_owned(), |c| format!("{c:?}"));
+        self.report(
+            &outage::kind(&source, &reason),
+            all_down,
+            format!("{error}: {reason}"),
+        );
     }
 
     /// librdkafka's own log lines (its `debug` setting), scrubbed, as tracing events
-    /// with target `librdkafka`.
+    /// with target `librdkafka`; warnings and errors (connection failures repeat
+    /// with every reconnect) go through the outage log, per facility.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         let message = self.scrubber.scrub(message);
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(target: "librdkafka", facility, "{message}")
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => {
+                let kind = outage::kind(&format!("librdkafka {facility}"), &message);
+                self.report(&kind, false, message)
             }
-            RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility, "{message}"),
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
                 tracing::info!(target: "librdkafka", facility, "{message}")
             }
@@ -194,6 +267,9 @@ impl ProducerContext for Context {
             Ok(m) => (m, Ok(())),
             Err((err, m)) => (m, Err(err.clone())),
         };
+        if outcome.is_ok() {
+            self.outage.reachable();
+        }
         // Same formula as KafkaRecord::size, over the same raw bytes.
         let size = message.key().map_or(0, <[u8]>::len)
             + message.payload().map_or(0, <[u8]>::len)
@@ -244,13 +320,17 @@ pub struct KafkaSink {
     metrics: Arc<Metrics>,
     /// The current producer, for [`KafkaSink::prober`] (which outlives a renewal).
     current: Arc<Mutex<ThreadedProducer<Context>>>,
+    /// What is logged of broker errors, across renewals.
+    outage: Arc<Outage>,
 }
 
 impl KafkaSink {
     /// Create the producer (does not wait for brokers).
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
         let scrubber = Scrubber::new(config);
-        let (producer, deliveries) = Self::create(config, &scrubber, metrics.clone())?;
+        let outage = Arc::new(Outage::new());
+        let (producer, deliveries) =
+            Self::create(config, &scrubber, metrics.clone(), outage.clone())?;
         Ok(Self {
             current: Arc::new(Mutex::new(producer.clone())),
             producer,
@@ -258,6 +338,7 @@ impl KafkaSink {
             scrubber,
             config: config.clone(),
             metrics,
+            outage,
         })
     }
 
@@ -265,6 +346,7 @@ impl KafkaSink {
         config: &ClientConfig,
         scrubber: &Scrubber,
         metrics: Arc<Metrics>,
+        outage: Arc<Outage>,
     ) -> Result<(ThreadedProducer<Context>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
         let producer = config
@@ -272,6 +354,7 @@ impl KafkaSink {
                 deliveries: tx,
                 metrics,
                 scrubber: scrubber.clone(),
+                outage,
             })
             .map_err(|err| CreateError {
                 message: scrubber.scrub(&err.to_string()),
@@ -284,8 +367,12 @@ impl KafkaSink {
     /// are abandoned without a report: the caller must treat them as not delivered
     /// (the relay resends everything it has not confirmed from the slot).
     pub fn renew(&mut self) -> Result<(), CreateError> {
-        let (producer, deliveries) =
-            Self::create(&self.config, &self.scrubber, self.metrics.clone())?;
+        let (producer, deliveries) = Self::create(
+            &self.config,
+            &self.scrubber,
+            self.metrics.clone(),
+            self.outage.clone(),
+        )?;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = producer.clone();
         let old = std::mem::replace(&mut self.producer, producer);
         self.deliveries = deliveries;
@@ -364,12 +451,18 @@ impl KafkaSink {
     }
 
     /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
-    /// Cloneable into a blocking task; it follows [`KafkaSink::renew`].
+    /// Cloneable into a blocking task; it follows [`KafkaSink::renew`]. A success
+    /// ends a logged outage.
     pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
         let current = self.current.clone();
+        let outage = self.outage.clone();
         move |timeout| {
             let producer = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            producer.client().fetch_metadata(None, timeout).is_ok()
+            let up = producer.client().fetch_metadata(None, timeout).is_ok();
+            if up {
+                outage.reachable();
+            }
+            up
         }
     }
 

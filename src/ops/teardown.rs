@@ -1,20 +1,68 @@
-//! `pgoutbox teardown`: drop the replication slot, then the publication.
+//! `pgoutbox teardown`: drop the replication slot, then the publication, then the
+//! relay's state file of that slot.
 //!
 //! Owns the order and the safety rules of removal. The slot goes first — the reverse
 //! of `setup` — because it is what pins WAL on the server: if dropping the
-//! publication fails (it needs its owner), the disk is already safe. Invariants:
+//! publication fails (it needs its owner), the disk is already safe. The state file
+//! (`run`'s record of the slot's position, in the same `--state-dir`) goes last: a
+//! deliberate teardown is no "slot dropped behind the relay's back", so the next
+//! `run` must start afresh instead of refusing. Invariants:
 //! - idempotent: what is already gone is reported as absent, not as an error;
 //! - an active slot is never dropped (the error names the walsender pid): a running
 //!   relay is stopped first, never cut off;
 //! - only a slot that looks like the relay's — a `pgoutput` logical slot of this
-//!   database — is dropped; anything else of that name is someone else's.
+//!   database — is dropped; anything else of that name is someone else's;
+//! - the state file is removed only once the slot is gone, and only when it records
+//!   this server (its system identifier): a file of another server — e.g. teardown
+//!   aimed at a failover target that never had the slot — is kept and said so.
+
+use std::path::{Path, PathBuf};
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::conninfo::ConnInfo;
+use crate::pg::lsn::Lsn;
 use crate::pg::replication::{quote_ident, quote_literal};
+use crate::state::{StateError, StateFile};
+
+/// Why teardown stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TeardownError {
+    /// A query, a slot that is not the relay's, an active slot, a missing privilege.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The state file could not be read or removed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// What became of the relay's state file of the slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateCleanup {
+    /// `--state-dir off`: there is none.
+    Off,
+    /// There was none at this path.
+    Absent(PathBuf),
+    /// Removed: the next `run` adopts a new slot's position.
+    Removed {
+        /// The file.
+        path: PathBuf,
+        /// The position it recorded.
+        confirmed: Lsn,
+    },
+    /// Kept: it records another server (`recorded` ≠ `server` system identifier).
+    OtherServer {
+        /// The file.
+        path: PathBuf,
+        /// The system identifier in the file.
+        recorded: String,
+        /// This server's.
+        server: String,
+    },
+}
 
 /// What teardown did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,46 +75,122 @@ pub struct TeardownOutcome {
     pub publication: String,
     /// Whether the publication was dropped now (`false`: it did not exist).
     pub publication_dropped: bool,
+    /// The relay's state file of the slot.
+    pub state: StateCleanup,
 }
 
 impl TeardownOutcome {
-    /// `{"slot", "slot_dropped", "publication", "publication_dropped"}`.
+    /// `{"slot", "slot_dropped", "publication", "publication_dropped",
+    /// "state_file", "state_file_removed"}` (`state_file` is null with
+    /// `--state-dir off`).
     pub fn to_json(&self) -> serde_json::Value {
+        let (path, removed) = match &self.state {
+            StateCleanup::Off => (None, false),
+            StateCleanup::Removed { path, .. } => (Some(path), true),
+            StateCleanup::Absent(p) | StateCleanup::OtherServer { path: p, .. } => (Some(p), false),
+        };
         serde_json::json!({
             "slot": self.slot,
             "slot_dropped": self.slot_dropped,
             "publication": self.publication,
             "publication_dropped": self.publication_dropped,
+            "state_file": path.map(|p| p.display().to_string()),
+            "state_file_removed": removed,
         })
     }
 
     /// One line per object.
     pub fn render(&self) -> String {
         let said = |dropped| if dropped { "dropped" } else { "already absent" };
-        format!(
+        let mut out = format!(
             "replication slot {}: {}\npublication {}: {}\n",
             self.slot,
             said(self.slot_dropped),
             self.publication,
             said(self.publication_dropped)
-        )
+        );
+        match &self.state {
+            StateCleanup::Off => {}
+            StateCleanup::Absent(path) => {
+                out.push_str(&format!("state file {}: already absent\n", path.display()))
+            }
+            StateCleanup::Removed { path, confirmed } if !self.slot_dropped => {
+                out.push_str(&format!(
+                    "state file {}: removed — the slot was already gone, so events committed \
+                     after {confirmed} (the last position the relay confirmed) may never have \
+                     reached Kafka; see \"Slot safety\" in the README to re-publish them\n",
+                    path.display()
+                ))
+            }
+            StateCleanup::Removed { path, .. } => out.push_str(&format!(
+                "state file {}: removed (the next run starts afresh)\n",
+                path.display()
+            )),
+            StateCleanup::OtherServer {
+                path,
+                recorded,
+                server,
+            } => out.push_str(&format!(
+                "state file {}: kept — it records server {recorded}, this is server {server}; \
+                 it still guards that server's slot (remove it by hand if that relay is gone)\n",
+                path.display()
+            )),
+        }
+        out
     }
 }
 
-/// Drop `slot` (when it exists and is inactive), then `publication` (if it exists).
+/// Drop `slot` (when it exists and is inactive), then `publication` (if it exists),
+/// then the state file `run` keeps of the slot in `state_dir` (`None`: `--state-dir
+/// off`) when it records this server.
 pub async fn teardown(
     conninfo: &ConnInfo,
     slot: &str,
     publication: &str,
-) -> Result<TeardownOutcome, CatalogError> {
+    state_dir: Option<&Path>,
+) -> Result<TeardownOutcome, TeardownError> {
     let client = catalog::connect(conninfo).await?;
     let slot_dropped = drop_slot(&client, slot).await?;
     let publication_dropped = drop_publication(&client, publication).await?;
+    let state = match state_dir {
+        Some(dir) => clear_state(&client, StateFile::at(dir, &conninfo.dbname, slot)).await?,
+        None => StateCleanup::Off,
+    };
     Ok(TeardownOutcome {
         slot: slot.to_owned(),
         slot_dropped,
         publication: publication.to_owned(),
         publication_dropped,
+        state,
+    })
+}
+
+/// Remove `file` if it records this server (the slot is gone by now).
+async fn clear_state(client: &Client, file: StateFile) -> Result<StateCleanup, TeardownError> {
+    let path = file.path().to_owned();
+    let Some(recorded) = file.load()? else {
+        return Ok(StateCleanup::Absent(path));
+    };
+    let server: String = client
+        .query_one(
+            "SELECT system_identifier::text FROM pg_control_system()",
+            &[],
+        )
+        .await
+        .map_err(|e| query_failed("reading the server's system identifier".into(), e))?
+        .get(0);
+    if recorded.system_id != server {
+        return Ok(StateCleanup::OtherServer {
+            path,
+            recorded: recorded.system_id,
+            server,
+        });
+    }
+    file.remove()?;
+    tracing::info!(path = %path.display(), state = %recorded, "removed state file");
+    Ok(StateCleanup::Removed {
+        path,
+        confirmed: recorded.confirmed_lsn,
     })
 }
 
@@ -175,13 +299,32 @@ mod tests {
             slot_dropped: true,
             publication: "p".into(),
             publication_dropped: false,
+            state: StateCleanup::Removed {
+                path: "/var/lib/pgoutbox/shop.s.state".into(),
+                confirmed: Lsn(0x16B_3748),
+            },
         };
         assert_eq!(
             outcome.render(),
-            "replication slot s: dropped\npublication p: already absent\n"
+            "replication slot s: dropped\npublication p: already absent\n\
+             state file /var/lib/pgoutbox/shop.s.state: removed (the next run starts afresh)\n"
         );
         assert_eq!(outcome.to_json()["slot_dropped"], true);
         assert_eq!(outcome.to_json()["publication_dropped"], false);
+        assert_eq!(outcome.to_json()["state_file_removed"], true);
+        let off = TeardownOutcome {
+            state: StateCleanup::Off,
+            ..outcome.clone()
+        };
+        assert!(!off.render().contains("state file"));
+        let gone = TeardownOutcome {
+            slot_dropped: false,
+            ..outcome.clone()
+        };
+        assert!(gone
+            .render()
+            .contains("removed — the slot was already gone, so events committed after 0/16B3748"));
+        assert_eq!(off.to_json()["state_file"], serde_json::Value::Null);
     }
 
     #[test]

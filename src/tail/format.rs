@@ -4,6 +4,9 @@
 //! Invariant: a `jsonb`/`json` payload is embedded verbatim (byte-identical to
 //! `payload::text`), never re-serialized; a payload that is not valid JSON (e.g. a
 //! `text` column) is emitted as a JSON string instead, so every line is valid JSON.
+//! An event whose topic `run` would refuse (a poison row of cause `invalid-topic`)
+//! is marked: `topic_invalid` says why (the key is absent otherwise), and the pretty
+//! block flags the topic line.
 
 use std::io::Write;
 
@@ -11,7 +14,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::outbox::event::OutboxEvent;
-use crate::outbox::routing::TopicTemplate;
+use crate::outbox::routing::{is_valid_topic, TopicTemplate};
 use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
 use crate::pg::timestamp::to_rfc3339;
@@ -57,6 +60,8 @@ struct JsonLine<'a> {
     aggregate_id: Option<&'a str>,
     event_type: Option<&'a str>,
     topic: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topic_invalid: Option<String>,
     key: Option<&'a str>,
     created_at: Option<&'a str>,
     payload: Option<Payload<'a>>,
@@ -74,6 +79,24 @@ fn topic(ev: &TailEvent<'_>) -> Option<String> {
     } else {
         Some(ev.template.render(""))
     }
+}
+
+/// Why `run` would refuse the topic of this event, if it would: `run` renders a
+/// NULL routing value as empty text.
+fn topic_invalid(ev: &TailEvent<'_>) -> Option<String> {
+    let route = ev
+        .event
+        .route_value
+        .as_deref()
+        .map(String::from_utf8_lossy)
+        .unwrap_or_default();
+    let topic = ev.template.render(&route);
+    (!is_valid_topic(&topic)).then(|| {
+        format!(
+            "topic {topic:?} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-]): \
+             `run` treats this row as a poison row (invalid-topic)"
+        )
+    })
 }
 
 fn payload<'a>(raw: Option<&'a str>) -> Option<Payload<'a>> {
@@ -99,6 +122,7 @@ pub fn write_json(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<()
         aggregate_id: text(&e.key),
         event_type: text(&e.event_type),
         topic: topic(ev),
+        topic_invalid: topic_invalid(ev),
         key: text(&e.key),
         created_at: text(&e.timestamp),
         payload: payload(text(&e.payload)),
@@ -122,11 +146,11 @@ pub fn write_pretty(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<
     )?;
     writeln!(out, "  id          {}", or_null(text(&e.id)))?;
     writeln!(out, "  event_type  {}", or_null(text(&e.event_type)))?;
-    writeln!(
-        out,
-        "  topic       {}",
-        topic(ev).unwrap_or_else(|| "NULL".into())
-    )?;
+    let shown = topic(ev).unwrap_or_else(|| "NULL".into());
+    match topic_invalid(ev) {
+        None => writeln!(out, "  topic       {shown}")?,
+        Some(why) => writeln!(out, "  topic       {shown}  ✘ {why}")?,
+    }
     writeln!(out, "  key         {}", or_null(text(&e.key)))?;
     let body = match text(&e.payload) {
         Some(raw) => match serde_json::from_str::<serde_json::Value>(raw) {
@@ -164,7 +188,12 @@ mod tests {
     }
 
     fn render(payload: &'static str) -> serde_json::Value {
-        let ev = event(payload);
+        render_routed(payload, "order")
+    }
+
+    fn render_routed(payload: &'static str, route: &'static str) -> serde_json::Value {
+        let mut ev = event(payload);
+        ev.route_value = Some(Bytes::from_static(route.as_bytes()));
         let table = TableName::parse("public.outbox").unwrap();
         let template = TopicTemplate::default();
         let mut out = Vec::new();
@@ -193,6 +222,20 @@ mod tests {
         assert_eq!(v["lsn"], "0/10");
         assert_eq!(v["commit_time"], "2000-01-01T00:00:00.000000Z");
         assert_eq!(v["payload"]["a"], 1);
+    }
+
+    /// Issue 13 item 9: tail marks an event whose topic `run` would refuse.
+    #[test]
+    fn illegal_topic_is_marked() {
+        let v = render_routed("{}", "new order");
+        assert_eq!(v["topic"], "outbox.event.new order");
+        assert_eq!(
+            v["topic_invalid"],
+            "topic \"outbox.event.new order\" is not a legal Kafka topic name \
+             (1-249 of [a-zA-Z0-9._-]): `run` treats this row as a poison row (invalid-topic)"
+        );
+        let fine = render("{}");
+        assert!(fine.get("topic_invalid").is_none(), "{fine}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `pgoutbox tail`: decoded outbox events on stdout, for debugging.
 //!
 //! ```text
-//!  catalog conn: ensure publication ─┐
+//!  catalog conn: the publication, or a temporary one (publication.rs) ─┐
 //!  replication conn: temporary slot (or --slot) ─ START_REPLICATION ─▶ Decoder
 //!      ─▶ Begin (xid, commit LSN/time) ─▶ Insert on an outbox table ─▶ ColumnMapping
 //!      ─▶ format (json │ pretty) ─▶ stdout, flushed at every commit
@@ -11,9 +11,12 @@
 //! neither the temporary slot nor an existing `--slot` moves; events appear in commit
 //! order, only from committed transactions (pgoutput without `streaming` sends a
 //! transaction only after it committed, and never sends rolled-back subtransactions);
-//! a closed stdout (`| head`) ends tail quietly.
+//! a closed stdout (`| head`) ends tail quietly; tail leaves the database as it found
+//! it — the temporary slot ends with the connection, and a publication tail had to
+//! create is dropped however tail ends, short of being killed (see `publication.rs`).
 
 pub mod format;
+mod publication;
 
 use std::io::Write;
 
@@ -23,6 +26,7 @@ use crate::outbox::event::MissingColumn;
 use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
+use crate::pg::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
 use crate::pg::protocol::ReplicationMessage;
@@ -105,30 +109,53 @@ pub async fn run(
 ) -> Result<u64, TailError> {
     let source = &cfg.source;
     // With several hosts, the stream comes from the server the catalog checks saw.
-    let host = {
+    let (publication, host) = {
         let (client, host) = sql_client::connect_on(&source.conninfo).await?;
-        catalog::ensure_publication(&client, &source.publication, &source.tables).await?;
         if let Some(slot) = &cfg.slot {
             let info = catalog::slot_info(&client, slot)
                 .await?
                 .ok_or_else(|| CatalogError::MissingSlot { slot: slot.clone() })?;
             catalog::check_slot_kind(&info)?;
         }
-        host
+        (publication::prepare(&client, source).await?, host)
     };
-    let mut repl = ReplicationClient::connect(&source.conninfo.for_host(&host)).await?;
-    let (slot, start) = match &cfg.slot {
-        Some(slot) => (slot.clone(), Lsn::INVALID),
-        None => {
-            let name = temporary_slot_name();
-            let start = repl.create_logical_slot(&name, true).await?;
-            (name, start)
-        }
+    let on_host = source.conninfo.for_host(&host);
+    let result = stream(cfg, &on_host, &publication.name, out, shutdown).await;
+    publication.release(&on_host).await;
+    result
+}
+
+/// Stream through `publication` and print events (see [`run`]).
+async fn stream(
+    cfg: &TailConfig,
+    conninfo: &ConnInfo,
+    publication: &str,
+    out: &mut dyn Write,
+    shutdown: CancellationToken,
+) -> Result<u64, TailError> {
+    // Creating a slot waits for a consistent point (running transactions must end):
+    // a signal meanwhile ends tail too, and the server drops the slot with the session.
+    let setup = async {
+        let mut repl = ReplicationClient::connect(conninfo).await?;
+        let (slot, start) = match &cfg.slot {
+            Some(slot) => (slot.clone(), Lsn::INVALID),
+            None => {
+                let name = temporary_name();
+                let start = repl.create_logical_slot(&name, true).await?;
+                (name, start)
+            }
+        };
+        let stream = repl
+            .start_pgoutput(&slot, start, &[publication.to_owned()])
+            .await?;
+        Ok::<_, TailError>((stream, slot, start))
     };
-    let mut stream = repl
-        .start_pgoutput(&slot, start, std::slice::from_ref(&source.publication))
-        .await?;
-    tracing::info!(slot = %slot, start = %start, publication = %source.publication, "tailing outbox");
+    let (mut stream, slot, start) = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(0),
+        setup = setup => setup?,
+    };
+    tracing::info!(slot = %slot, start = %start, publication = %publication, "tailing outbox");
 
     let mut state = TailState {
         cfg,
@@ -169,7 +196,8 @@ pub async fn run(
     result.map(|()| state.printed)
 }
 
-fn temporary_slot_name() -> String {
+/// A name for tail's temporary slot or publication: unique per process and moment.
+fn temporary_name() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

@@ -13,7 +13,9 @@
 //!              ├─ slot, slot_wal_status                                              (objects.rs)
 //!              ├─ slot_failover, synchronized_standby_slots (17+)                    (failover.rs)
 //!              └─ max_slot_wal_keep_size                                             (server.rs)
-//!  kafka  (only with brokers; runs even when PostgreSQL is unreachable)
+//!  topic_template  per outbox table (no connection needed)                            (settings.rs)
+//!  kafka  (only with brokers, with run's --kafka-option settings; runs even when
+//!          PostgreSQL is unreachable)                                                  (settings.rs)
 //! ```
 //!
 //! Invariants:
@@ -22,7 +24,8 @@
 //!   connection ends the PostgreSQL part (nothing else can be inspected without it).
 //! - `check` only reads: it never creates, alters or drops anything.
 //! - `ok = false` means the relay cannot work (or will lose its position) as things
-//!   are. Conditions that work but deserve attention — a publication that also
+//!   are, and `run` cannot repair it itself: what `run` creates on its own (a missing
+//!   slot; a missing publication when the role may create it) passes with a note. Conditions that work but deserve attention — a publication that also
 //!   publishes updates and deletes (decoded by the server, ignored by the relay), a
 //!   `wal_status` of `unreserved`, an unlimited `max_slot_wal_keep_size` — are
 //!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
@@ -30,18 +33,13 @@
 mod failover;
 mod objects;
 mod server;
+mod settings;
 
-use std::time::Duration;
-
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
 use serde::Serialize;
 
+use crate::kafka::config::KafkaOptions;
 use crate::pg::catalog::{self, CatalogError, TableName};
 use crate::pg::conninfo::ConnInfo;
-
-/// How long the broker check waits for cluster metadata.
-const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What to check.
 #[derive(Debug, Clone)]
@@ -60,6 +58,21 @@ pub struct CheckInput {
     pub columns: Vec<String>,
     /// Kafka bootstrap servers; the broker check runs only when set.
     pub brokers: Option<String>,
+    /// The librdkafka settings `run` uses (TLS, SASL, …), for the broker check.
+    pub kafka_options: KafkaOptions,
+    /// Each outbox table's topic template as given, and where it was set.
+    pub templates: Vec<TemplateInput>,
+}
+
+/// One table's topic template, unvalidated.
+#[derive(Debug, Clone)]
+pub struct TemplateInput {
+    /// The table it routes.
+    pub table: TableName,
+    /// The template text.
+    pub template: String,
+    /// Where it was set (`--topic-template`, a config-file section).
+    pub origin: String,
 }
 
 /// One verdict.
@@ -207,8 +220,9 @@ pub async fn check(input: &CheckInput) -> CheckReport {
              and that the server's pg_hba.conf admits this role from this host",
         )),
     }
+    checks.extend(input.templates.iter().map(settings::template_check));
     if let Some(brokers) = &input.brokers {
-        checks.push(kafka_check(brokers).await);
+        checks.push(settings::kafka_check(brokers, &input.kafka_options).await);
     }
     CheckReport { checks }
 }
@@ -260,37 +274,6 @@ async fn postgres_checks(
         wanted: input.slot_failover,
     }));
     checks.extend(server::keep_size_check(&facts));
-}
-
-/// Ask the brokers for cluster metadata (a real round trip, so DNS, TCP, TLS and
-/// authentication all take part).
-async fn kafka_check(brokers: &str) -> Check {
-    let servers = brokers.to_owned();
-    // fetch_metadata blocks for up to KAFKA_TIMEOUT.
-    let result = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &servers)
-            .set("client.id", "pgoutbox-check")
-            .create()?;
-        let metadata = consumer.fetch_metadata(None, KAFKA_TIMEOUT)?;
-        Ok::<_, rdkafka::error::KafkaError>((metadata.brokers().len(), metadata.topics().len()))
-    })
-    .await;
-    let fix = "check --brokers and the network path (DNS, firewall) and TLS/SASL settings";
-    match result {
-        Ok(Ok((brokers_seen, topics))) => Check::pass(
-            "kafka",
-            brokers,
-            format!("reachable: {brokers_seen} broker(s), {topics} topic(s)"),
-        ),
-        Ok(Err(err)) => Check::fail(
-            "kafka",
-            brokers,
-            format!("unreachable within {KAFKA_TIMEOUT:?}: {err}"),
-            fix,
-        ),
-        Err(err) => Check::fail("kafka", brokers, format!("check task failed: {err}"), fix),
-    }
 }
 
 #[cfg(test)]

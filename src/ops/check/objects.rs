@@ -134,6 +134,50 @@ fn missing_columns(wanted: &[String], have: &[String]) -> Option<Vec<String>> {
     (!missing.is_empty()).then_some(missing)
 }
 
+/// `publication` when it does not exist: `run` creates it when its role may (a
+/// superuser, or the owner of every outbox table with CREATE on the database), so
+/// that passes with a note; otherwise it fails with the SQL for an owner to run.
+async fn missing_publication(client: &Client, input: &CheckInput, facts: &Facts) -> Check {
+    let name = input.publication.as_str();
+    let quoted: Vec<String> = input.tables.iter().map(TableName::quoted).collect();
+    let may_create = client
+        .query_one(
+            "SELECT coalesce(bool_and(c.oid IS NOT NULL), false) \
+                 AND ((SELECT rolsuper FROM pg_roles WHERE rolname = session_user) \
+                      OR (has_database_privilege(current_database(), 'CREATE') \
+                          AND coalesce(bool_and(pg_has_role(c.relowner, 'USAGE')), false))) \
+             FROM unnest($1::text[]) AS t(q) LEFT JOIN pg_class c ON c.oid = to_regclass(t.q)",
+            &[&quoted],
+        )
+        .await;
+    let sql = create_publication_sql(name, &input.tables);
+    match may_create.map(|row| row.get::<_, Option<bool>>(0).unwrap_or(false)) {
+        Ok(true) => Check::pass(
+            "publication",
+            name,
+            format!(
+                "missing — `pgoutbox run` (or `setup`) will create it: {} may create a \
+                 publication of the outbox tables",
+                facts.role
+            ),
+        ),
+        Ok(false) => Check::fail(
+            "publication",
+            name,
+            format!(
+                "missing, and `run` cannot create it: every outbox table must exist, and {} \
+                 must own them all and have CREATE on the database (or be a superuser)",
+                facts.role
+            ),
+            format!(
+                "{sql}; (run by an owner of the tables, or by {} once it owns them)",
+                facts.role
+            ),
+        ),
+        Err(err) => Check::query_failed("publication", name, &err),
+    }
+}
+
 /// `publication`, `publication_operations`, `publication_partition_root`,
 /// `publication_tables`, `publication_other_tables` and `publication_columns`
 /// (PostgreSQL 15+, failures only).
@@ -155,19 +199,7 @@ pub(super) async fn publication_checks(
         .await;
     let row = match row {
         Ok(Some(row)) => row,
-        Ok(None) => {
-            checks.push(Check::fail(
-                "publication",
-                name,
-                "missing",
-                format!(
-                    "{}; (run by an owner of the tables; `pgoutbox setup` runs it when the \
-                     relay's role owns them)",
-                    create_publication_sql(name, &input.tables)
-                ),
-            ));
-            return;
-        }
+        Ok(None) => return checks.push(missing_publication(client, input, facts).await),
         Err(err) => return checks.push(Check::query_failed("publication", name, &err)),
     };
     checks.push(Check::pass("publication", name, "exists"));

@@ -3,12 +3,17 @@
 //!
 //! Invariant: the message names the cause, the table, the event id, the LSN and the
 //! fix, and says the slot stays before the row — and how to let the relay move on.
+//! A fix never asks to edit the row: the relay decodes the row as it was inserted,
+//! from the WAL (the publication publishes inserts only), so an UPDATE of it changes
+//! nothing. What works is a setting the relay applies when it reads the row again
+//! (`--topic-template`, a column mapping, the broker's size limit) or a policy for the
+//! cause, given once to move past the row or kept.
 
 use super::{Cause, Invalid, Origin};
 
 /// A poison row that stopped the relay (`--on-invalid fail`).
 #[derive(Debug, thiserror::Error)]
-#[error("poison row ({cause}) in {table}: event {event_id} at {lsn}: {reason}; the slot stays before it. Fix: {fix}; or let the relay move on with --on-invalid {cause}=dlq (dead-letter topic) or {cause}=skip")]
+#[error("poison row ({cause}) in {table}: event {event_id} at {lsn}: {reason}; the slot stays before it. Fix: {fix}. To move past it, restart with --on-invalid {cause}=dlq (the row goes to the dead-letter topic) or {cause}=skip, once or as the standing policy for this cause")]
 pub struct PoisonRow {
     /// The cause's name.
     pub cause: &'static str,
@@ -42,11 +47,11 @@ impl PoisonRow {
 /// The fix offered when a poison row stops the relay.
 pub fn fix_for(cause: Cause) -> &'static str {
     match cause {
-        Cause::NullKey => "give the row a non-empty key column (see --key-column), or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver",
-        Cause::InvalidTopic => "correct the row's routing column or --topic-template so the topic is 1-249 of [a-zA-Z0-9._-]",
-        Cause::NullRoute => "give the row a value in its route-by column (see --route-by-field), or make the column NOT NULL CHECK (<column> <> '') so the application cannot write such rows",
-        Cause::TooLarge => "make the payload smaller, or raise the broker's message.max.bytes and --kafka-option message.max.bytes",
-        Cause::InvalidJson => "write JSON into the payload column (or make it jsonb, which PostgreSQL checks)",
+        Cause::NullKey => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its key column changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a non-empty key column (see --key-column) as a new row; or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver",
+        Cause::InvalidTopic => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its routing column changes nothing; if the template is at fault, change --topic-template so the topic is 1-249 of [a-zA-Z0-9._-] and restart (it applies to rows already written); if the routing value is, move past the row with the policy below, and INSERT a copy with a legal routing value as a new row if the event must still go out",
+        Cause::NullRoute => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its route-by column changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a value in its route-by column (see --route-by-field) as a new row; make the column NOT NULL CHECK (<column> <> '') so the application cannot write such rows",
+        Cause::TooLarge => "raise the broker's message.max.bytes (and --kafka-option message.max.bytes) and restart; a smaller payload only helps a new row, the relay reads this one as it was inserted (from the WAL)",
+        Cause::InvalidJson => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its payload changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a JSON payload as a new row (a jsonb column makes PostgreSQL refuse such rows)",
         Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
     }
 }
@@ -69,9 +74,32 @@ mod tests {
         assert_eq!(
             text,
             "poison row (null-key) in public.outbox: event e1 at 0/16B3748: the key column is NULL; \
-             the slot stays before it. Fix: give the row a non-empty key column (see --key-column), \
-             or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver; or let the relay move on with --on-invalid null-key=dlq (dead-letter topic) or null-key=skip"
+             the slot stays before it. Fix: the relay reads the row as it was inserted (from the WAL), \
+             so an UPDATE of its key column changes nothing: move past it with the policy below, and if \
+             the event must still go out, INSERT a copy with a non-empty key column (see --key-column) \
+             as a new row; or deliver such rows with a null/empty Kafka key: --on-invalid null-key=deliver. \
+             To move past it, restart with --on-invalid null-key=dlq (the row goes to the \
+             dead-letter topic) or null-key=skip, once or as the standing policy for this cause"
         );
+    }
+
+    /// Regression (issue 13 item 20): the fix said "correct the row's routing column",
+    /// yet the relay reads the INSERT from the WAL and an UPDATE changes nothing.
+    #[test]
+    fn no_fix_asks_to_edit_the_row() {
+        for cause in Cause::ALL {
+            let fix = fix_for(cause);
+            assert!(!fix.contains("correct the row"), "{}: {fix}", cause.name());
+            assert!(!fix.starts_with("give the row"), "{}: {fix}", cause.name());
+        }
+        for cause in [Cause::NullKey, Cause::InvalidTopic, Cause::InvalidJson] {
+            assert!(
+                fix_for(cause).contains("UPDATE"),
+                "{}: says an UPDATE changes nothing",
+                cause.name()
+            );
+        }
+        assert!(fix_for(Cause::InvalidTopic).contains("change --topic-template"));
     }
 
     #[test]
