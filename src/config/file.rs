@@ -38,7 +38,7 @@ pub const TABLE_KEYS: &[&str] = &[
 #[non_exhaustive]
 pub enum FileError {
     /// Unreadable file.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         path: PathBuf,
         #[source]

@@ -26,11 +26,11 @@ use crate::pg::tls::{self, MakeRustlsConnect, TlsError};
 #[non_exhaustive]
 pub enum CatalogError {
     /// Could not connect.
-    #[error("cannot connect to {target}: {}", describe(source))]
+    #[error("cannot connect to {target}: {}", describe(error))]
     Connect {
         target: String,
-        #[source]
-        source: tokio_postgres::Error,
+        /// Rendered by [`describe`] in the message (so not a `source`).
+        error: tokio_postgres::Error,
     },
     /// TLS configuration failed.
     #[error(transparent)]
@@ -44,11 +44,11 @@ pub enum CatalogError {
         reason: String,
     },
     /// A query failed.
-    #[error("{context}: {}", describe(source))]
+    #[error("{context}: {}", describe(error))]
     Query {
         context: String,
-        #[source]
-        source: tokio_postgres::Error,
+        /// Rendered by [`describe`] in the message (so not a `source`).
+        error: tokio_postgres::Error,
     },
     /// An outbox table does not exist.
     #[error("outbox table {table} does not exist; fix: create it (see sql/outbox.sql) or pass the right --table")]
@@ -117,13 +117,11 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
             text
         }
         None => {
-            let mut text = err.to_string();
-            let mut source = std::error::Error::source(err);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
+            let mut text = crate::report::render(err);
+            let fix = tls::chain_fix(err);
+            if !text.contains(fix) {
+                text.push_str(fix);
             }
-            text.push_str(tls::chain_fix(err));
             text
         }
     }
@@ -147,8 +145,8 @@ impl CatalogError {
             None => e.is_closed() || e.as_db_error().is_none(),
         };
         match self {
-            CatalogError::Connect { source, .. } | CatalogError::Query { source, .. } => {
-                pg_transient(source)
+            CatalogError::Connect { error, .. } | CatalogError::Query { error, .. } => {
+                pg_transient(error)
             }
             _ => false,
         }
@@ -226,7 +224,7 @@ fn connect_error(info: &ConnInfo, source: tokio_postgres::Error) -> CatalogError
     if !unbound {
         return CatalogError::Connect {
             target: info.redacted(),
-            source,
+            error: source,
         };
     }
     let target = info
@@ -261,7 +259,7 @@ where
 {
     crate::task::spawn("catalog-connection", async move {
         if let Err(err) = conn.await {
-            tracing::debug!(error = %err, "catalog connection ended");
+            tracing::debug!(error = %crate::report::Report(&err), "catalog connection ended");
         }
     });
     client
@@ -269,7 +267,7 @@ where
 
 fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
     let context = context.into();
-    move |source| CatalogError::Query { context, source }
+    move |error| CatalogError::Query { context, error }
 }
 
 /// The SQL that creates the publication for `tables`, insert-only.

@@ -103,7 +103,7 @@ impl std::error::Error for DbError {}
 #[non_exhaustive]
 pub enum PgError {
     /// Socket error while doing `context`.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         context: String,
         #[source]
@@ -113,7 +113,7 @@ pub enum PgError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     /// The server sent an `ErrorResponse`.
-    #[error("server error: {0}")]
+    #[error("server error")]
     Db(#[from] DbError),
     /// The server sent bytes that do not parse.
     #[error(transparent)]

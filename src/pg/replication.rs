@@ -454,7 +454,7 @@ impl StreamTask {
             }
         };
         if let Err(err) = result {
-            tracing::debug!(error = %err, "replication stream ended");
+            tracing::debug!(error = %crate::report::Report(&err), "replication stream ended");
             let _ = self.tx.send(Err(err)).await;
         }
     }

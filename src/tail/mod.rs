@@ -65,10 +65,10 @@ pub enum TailError {
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     /// The replication connection failed.
-    #[error("replication connection: {0}")]
+    #[error("replication connection")]
     Replication(#[from] PgError),
     /// The server sent a pgoutput message that does not decode.
-    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    #[error("cannot decode pgoutput message at {lsn}")]
     Decode {
         lsn: Lsn,
         #[source]
@@ -83,7 +83,7 @@ pub enum TailError {
     )]
     UnknownRelation { lsn: Lsn, relid: u32 },
     /// Writing to stdout failed.
-    #[error("writing events to stdout: {0}")]
+    #[error("writing events to stdout")]
     Output(#[source] std::io::Error),
 }
 
@@ -161,7 +161,7 @@ pub async fn run(
     let _ = out.flush();
     // Closing sends a last status update that still carries 0/0: nothing is confirmed.
     if let Err(err) = stream.close().await {
-        tracing::debug!(error = %err, "closing replication stream");
+        tracing::debug!(error = %crate::report::Report(&err), "closing replication stream");
     }
     result.map(|()| state.printed)
 }
