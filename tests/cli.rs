@@ -7,7 +7,9 @@ use std::process::Stdio;
 
 use crate::support;
 
-use support::{PgCluster, Pgoutbox, WAIT};
+use support::kafka::Broker;
+use support::workload::start_run;
+use support::{wait_for, PgCluster, Pgoutbox, WAIT};
 
 fn run_to_end(args: &[&str]) -> (bool, String, String) {
     let mut p = Pgoutbox::spawn(args);
@@ -277,4 +279,52 @@ fn status_watch_ends_quietly_when_its_reader_leaves() {
     }
     let output = child.wait_with_output().expect("pgoutbox exits");
     assert_quiet_sigpipe_exit("status --watch", &output);
+}
+
+/// Every stderr line of a `--log-format json` process is a JSON object.
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect()
+}
+
+#[test]
+fn json_logs_end_with_a_json_error_and_carry_numbers() {
+    // An error found once logging runs (no brokers): the last line is JSON too.
+    let (code, _, err) = exit_of(&[
+        "run",
+        "--log-format",
+        "json",
+        "--database-url",
+        "postgres://u@127.0.0.1:1/db",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    let lines = json_lines(&err);
+    let last = lines.last().expect("an error line");
+    assert_eq!(last["level"], "ERROR", "{err}");
+    assert_eq!(last["exit_code"], 2, "{err}");
+    assert!(
+        last["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("no Kafka brokers given; fix:")),
+        "{err}"
+    );
+
+    // The periodic progress line: latencies are numbers, never `Some(…)`.
+    let db = PgCluster::shared().fresh_db();
+    let relay = start_run(&db, &Broker::shared().addr(), &["--log-format", "json"]);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', '1', 'Created', '{}')",
+    );
+    let progress = wait_for("a progress line after the first ack", WAIT, || {
+        json_lines(&relay.stderr())
+            .into_iter()
+            .find(|l| l["message"] == "progress" && l["acked"].as_u64() >= Some(1))
+    });
+    for field in ["latency_p50_ms", "latency_p99_ms"] {
+        assert!(progress[field].is_f64(), "{field}: {progress}");
+    }
+    assert!(!progress.to_string().contains("Some("), "{progress}");
 }

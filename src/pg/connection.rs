@@ -112,8 +112,8 @@ pub enum PgError {
     /// TLS setup or handshake failed.
     #[error(transparent)]
     Tls(#[from] TlsError),
-    /// The server sent an `ErrorResponse`.
-    #[error("server error")]
+    /// The server sent an `ErrorResponse` (its message and SQLSTATE say it all).
+    #[error(transparent)]
     Db(#[from] DbError),
     /// The server sent bytes that do not parse.
     #[error(transparent)]
