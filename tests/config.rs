@@ -252,3 +252,39 @@ fn readme_reference_documents_every_run_option() {
         "README configuration reference lacks: {missing:?}"
     );
 }
+
+/// A bad value in the file used to surface as clap's `invalid value 'ten' for
+/// '--max-in-flight <RECORDS>'` (the file's values travel as environment
+/// variables), invalid TOML lost its line, and a typo got no suggestion.
+#[test]
+fn config_file_errors_name_the_file_line_and_key() {
+    let cases = [
+        (
+            "value.toml",
+            "brokers = \"k:9092\"\nmax_in_flight = \"ten\"\n",
+            ":2:1: key \"max_in_flight\": invalid value \"ten\": invalid digit found in string",
+        ),
+        (
+            "syntax.toml",
+            "brokers = \"k:9092\"\nslot = \n",
+            ":2:8: config file is not valid TOML: ",
+        ),
+        (
+            "typo.toml",
+            "max_inflight = 10\n",
+            ":1:1: unknown key \"max_inflight\" in the config file; did you mean \"max_in_flight\"?",
+        ),
+    ];
+    for (name, text, says) in cases {
+        let file = write_temp(name, text);
+        let mut p = Pgoutbox::spawn(&["--config", &file, "config", "show"]);
+        let status = p.wait_exit(WAIT);
+        let err = p.stderr();
+        assert_eq!(status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {file}{says}")),
+            "{name}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+    }
+}
