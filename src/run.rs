@@ -230,6 +230,7 @@ fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
 /// is still checked, and what is missing is reported by the slot-safety checks.
 async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     let client = catalog::connect(&cfg.source.conninfo).await?;
+    catalog::require_logical_wal(&client).await?;
     if create || catalog::publication_exists(&client, &cfg.source.publication).await? {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }

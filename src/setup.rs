@@ -38,6 +38,7 @@ pub async fn run(
     slot: &str,
 ) -> Result<SetupOutcome, CatalogError> {
     let client = catalog::connect(conninfo).await?;
+    catalog::require_logical_wal(&client).await?;
     let publication = catalog::ensure_publication(&client, publication, tables).await?;
     let slot = catalog::ensure_slot(&client, slot).await?;
     Ok(SetupOutcome { publication, slot })

@@ -11,7 +11,7 @@ use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::lsn::Lsn;
 use pgoutbox::pg::replication::ReplicationClient;
 use support::kafka::Broker;
-use support::{wait_until_eq, ClusterOptions, PgCluster, TestDb, WAIT};
+use support::{wait_until_eq, ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// The columns of sql/outbox.sql the default mapping uses.
 const COLUMNS: [&str; 6] = [
@@ -528,4 +528,63 @@ async fn teardown_refuses_an_active_slot() {
     });
     let outcome = teardown(&info, &slot, "pgoutbox").await.unwrap();
     assert!(outcome.slot_dropped && outcome.publication_dropped);
+}
+
+/// On `wal_level = replica`, `run` used to create the publication and then die on
+/// the slot with the raw server text (`logical decoding requires wal_level >=
+/// logical (SQLSTATE 55000)`). Now run, setup and tail refuse before creating
+/// anything, with `check`'s fix.
+#[test]
+fn wal_level_replica_is_refused_before_anything_is_created_with_checks_fix() {
+    let cluster = PgCluster::start(ClusterOptions {
+        conf: vec!["wal_level = replica".into()],
+        ..ClusterOptions::default()
+    });
+    let db = cluster.fresh_db();
+    let url = db.url();
+    let fix = pgoutbox::pg::catalog::WAL_LEVEL_FIX;
+    let mut check = Pgoutbox::spawn(&["check", "--database-url", &url, "--slot", &db.name]);
+    assert!(!check.wait_exit(WAIT).success());
+    let report = check.stdout_so_far().join("\n");
+    assert!(
+        report.contains(&format!("✘ wal_level: server = replica — fix: {fix}")),
+        "{report}"
+    );
+    let state = support::temp_dir("wal-level-state");
+    let state = state.display().to_string();
+    let commands: [&[&str]; 3] = [
+        &[
+            "run",
+            "--database-url",
+            &url,
+            "--slot",
+            &db.name,
+            "--brokers",
+            "127.0.0.1:1",
+            "--http-addr",
+            "off",
+            "--state-dir",
+            &state,
+        ],
+        &["setup", "--database-url", &url, "--slot", &db.name],
+        &["tail", "--database-url", &url],
+    ];
+    for args in commands {
+        let mut p = Pgoutbox::spawn(args);
+        let status = p.wait_exit(WAIT);
+        let err = p.stderr();
+        assert_eq!(status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "wal_level is replica, but logical replication needs wal_level = logical; fix: {fix}"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("SQLSTATE"), "{args:?}: {err}");
+        assert_eq!(
+            db.psql("SELECT count(*) FROM pg_publication").trim(),
+            "0",
+            "{args:?} created a publication"
+        );
+    }
 }

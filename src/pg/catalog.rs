@@ -50,6 +50,13 @@ pub enum CatalogError {
         /// Rendered by [`describe`] in the message (so not a `source`).
         error: tokio_postgres::Error,
     },
+    /// The server cannot decode logically: checked before anything is created, so a
+    /// refused start leaves no publication behind.
+    #[error(
+        "wal_level is {observed}, but logical replication needs wal_level = logical; fix: {}",
+        WAL_LEVEL_FIX
+    )]
+    WalLevel { observed: String },
     /// An outbox table does not exist.
     #[error("outbox table {table} does not exist; fix: create it (see sql/outbox.sql) or pass the right --table")]
     MissingTable { table: TableName },
@@ -96,6 +103,24 @@ pub enum CatalogError {
         reason: String,
         sql: String,
     },
+}
+
+/// How to make a server logical-decoding capable (`check` gives the same fix).
+pub const WAL_LEVEL_FIX: &str = "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL";
+
+/// Refuse a server whose `wal_level` is not `logical`, before anything is created:
+/// PostgreSQL would accept the publication and only refuse the slot.
+pub async fn require_logical_wal(client: &Client) -> Result<(), CatalogError> {
+    let row = client
+        .query_one("SELECT current_setting('wal_level')", &[])
+        .await
+        .map_err(query_err("reading wal_level"))?;
+    let observed: String = row.get(0);
+    if observed == "logical" {
+        Ok(())
+    } else {
+        Err(CatalogError::WalLevel { observed })
+    }
 }
 
 /// tokio-postgres prints a server error as just "db error"; show the server's
@@ -258,8 +283,21 @@ where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     crate::task::spawn("catalog-connection", async move {
-        if let Err(err) = conn.await {
-            tracing::debug!(error = %crate::report::Report(&err), "catalog connection ended");
+        // Polled message by message (not awaited whole, which logs every notice at
+        // INFO through the `log` crate) so a notice is logged at its severity's level.
+        let mut conn = conn;
+        loop {
+            match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => {
+                    crate::pg::connection::log_notice(&(&notice).into());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    tracing::debug!(error = %crate::report::Report(&err), "catalog connection ended");
+                    break;
+                }
+                None => break,
+            }
         }
     });
     client

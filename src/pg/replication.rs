@@ -552,9 +552,13 @@ impl StreamTask {
                         body.fields(),
                     )))
                 }
-                Backend::Message(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {
-                    continue
+                Backend::Message(Message::NoticeResponse(body)) => {
+                    crate::pg::connection::log_notice(
+                        &crate::pg::connection::DbError::from_fields(body.fields()),
+                    );
+                    continue;
                 }
+                Backend::Message(Message::ParameterStatus(_)) => continue,
                 _ => {
                     return Err(unexpected("streaming", "a non-CopyData message"));
                 }

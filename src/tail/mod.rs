@@ -105,6 +105,7 @@ pub async fn run(
     let source = &cfg.source;
     {
         let client = catalog::connect(&source.conninfo).await?;
+        catalog::require_logical_wal(&client).await?;
         catalog::ensure_publication(&client, &source.publication, &source.tables).await?;
         if let Some(slot) = &cfg.slot {
             let info = catalog::slot_info(&client, slot)
