@@ -328,3 +328,59 @@ fn json_logs_end_with_a_json_error_and_carry_numbers() {
     }
     assert!(!progress.to_string().contains("Some("), "{progress}");
 }
+
+/// `man` listed pgoutbox-run(1) … in SEE ALSO-like sections while no such page
+/// existed: now `man --out-dir` writes every page a page refers to, and `man run`
+/// prints one.
+#[test]
+fn every_man_page_a_page_refers_to_exists() {
+    let dir = support::temp_dir("man");
+    let dir_arg = dir.display().to_string();
+    let (code, _, err) = exit_of(&["man", "--out-dir", &dir_arg]);
+    assert_eq!(code, Some(0), "{err}");
+    let pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(pages.contains(&"pgoutbox.1".to_owned()), "{pages:?}");
+    let reference = regex::Regex::new(r"(pgoutbox(?:\\-[a-z]+)+)\(1\)").unwrap();
+    let mut referenced = 0;
+    for page in &pages {
+        let roff = std::fs::read_to_string(dir.join(page)).unwrap();
+        for cap in reference.captures_iter(&roff) {
+            let name = cap[1].replace("\\-", "-");
+            assert!(
+                pages.contains(&format!("{name}.1")),
+                "{page} refers to {name}(1), which was not written: {pages:?}"
+            );
+            referenced += 1;
+        }
+    }
+    assert!(referenced >= 8, "the top page lists the subcommands");
+    assert!(!pages.iter().any(|p| p.contains("help")), "{pages:?}");
+    let (code, out, err) = exit_of(&["man", "config", "show"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(".TH pgoutbox-config-show 1"), "{out}");
+}
+
+/// Help lines ran to 400 characters: wrapped at the terminal width, 100 at most.
+#[test]
+fn help_is_wrapped_to_100_columns() {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["tail", "--help"],
+        &["check", "--help"],
+        &["config", "show", "--help"],
+    ] {
+        let (code, out, _) = exit_of(args);
+        assert_eq!(code, Some(0), "{args:?}");
+        for line in out.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{args:?}: {} characters: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}
