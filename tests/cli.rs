@@ -384,3 +384,47 @@ fn help_is_wrapped_to_100_columns() {
         }
     }
 }
+
+/// `pgoutbox tail | head -1`: the event after the reader left ends tail quietly.
+#[test]
+fn tail_ends_quietly_when_its_reader_leaves() {
+    let db = PgCluster::shared().fresh_db();
+    let url = db.url();
+    let (reader, stdout) = gone_reader();
+    let mut child = Pgoutbox::command(&["tail", "--database-url", &url], &[])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pgoutbox");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = String::new();
+    wait_for("tail to start", WAIT, || {
+        log.extend(lines.try_iter().map(|l| l + "\n"));
+        log.contains("tailing outbox").then_some(())
+    });
+    let insert = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ('order', '1', 'Created', '{}')";
+    db.psql(insert);
+    let mut first = String::new();
+    BufReader::new(&reader).read_line(&mut first).unwrap();
+    assert!(first.contains("Created"), "{first}");
+    drop(reader);
+    db.psql(insert);
+    let status = wait_for("tail to exit", WAIT, || child.try_wait().ok().flatten());
+    log.extend(lines.try_iter().map(|l| l + "\n"));
+    // The reader thread sees EOF once the process is gone.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    log.extend(lines.try_iter().map(|l| l + "\n"));
+    assert!(
+        !log.contains("panicked") && !log.contains("error:"),
+        "{log}"
+    );
+    assert_eq!(status.code(), Some(141), "{log}");
+}

@@ -95,8 +95,9 @@ struct Txn {
     commit_time: i64,
 }
 
-/// Run tail until `limit` events were printed, the stream fails, stdout closes, or
-/// `shutdown` fires. Returns the number of events printed.
+/// Run tail until `limit` events were printed or `shutdown` fires. Returns the
+/// number of events printed. A closed stdout is [`TailError::Output`] with
+/// `BrokenPipe`; the temporary slot goes away all the same.
 pub async fn run(
     cfg: &TailConfig,
     out: &mut dyn Write,
@@ -149,13 +150,13 @@ pub async fn run(
             Some(Err(err)) => break Err(TailError::Replication(err)),
             Some(Ok(ReplicationMessage::XLogData {
                 wal_start, data, ..
-            })) => match state.handle(wal_start, data, out) {
-                Ok(()) => {}
-                Err(TailError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    break Ok(())
+            })) => {
+                // A closed stdout (`| head`) is an error too: the binary ends quietly
+                // with the closed-pipe status, like every other command.
+                if let Err(e) = state.handle(wal_start, data, out) {
+                    break Err(e);
                 }
-                Err(e) => break Err(e),
-            },
+            }
             Some(Ok(_keepalive)) => {}
         }
     };
