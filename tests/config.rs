@@ -288,3 +288,26 @@ fn config_file_errors_name_the_file_line_and_key() {
         assert_eq!(err.lines().count(), 1, "{name}: {err}");
     }
 }
+
+/// `config show` is a display command: without brokers it used to exit 1 and show
+/// nothing. It shows the configuration, marks `brokers` missing and warns.
+#[test]
+fn config_show_shows_a_configuration_that_lacks_brokers() {
+    let mut p = Pgoutbox::spawn(&["config", "show", "--slot", "shown"]);
+    let status = p.wait_exit(WAIT);
+    let out = p.stdout_so_far().join("\n");
+    let err = p.stderr();
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("slot = \"shown\""), "{out}");
+    assert!(
+        out.contains("# brokers = (missing: `run` needs --brokers host:port)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("WARN") && err.contains("no Kafka brokers given; fix:"),
+        "{err}"
+    );
+    // `run` still refuses, as a configuration error.
+    let mut run = Pgoutbox::spawn(&["run", "--slot", "shown"]);
+    assert_eq!(run.wait_exit(WAIT).code(), Some(2), "{}", run.stderr());
+}
