@@ -4,15 +4,13 @@
 //! goes through [`stdout`] so that a reader closing the pipe (`| head`) ends the
 //! command quietly instead of panicking.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use tokio_util::sync::CancellationToken;
 
-use std::io::Write;
-
-use clap::CommandFactory;
 use pgoutbox::cli::{
     CheckArgs, Cli, Command, ConfigCommand, LogFormat, ManArgs, SetupArgs, StatusArgs, TeardownArgs,
 };
@@ -64,16 +62,18 @@ fn main() -> ExitCode {
 
 /// Report `err` once, in the log format, and map it to its exit status
 /// ([`pgoutbox::exit`]). A closed stdout is not reported: its reader left on purpose.
+/// A JSON log filtered to silence (`RUST_LOG=off`) still gets the plain line: the
+/// reason a process ended is never dropped.
 fn fail(format: LogFormat, err: &anyhow::Error) -> ExitCode {
     let error: &(dyn std::error::Error + 'static) = err.as_ref();
     let status = exit::status_of(error);
-    if status != Status::BrokenPipe {
-        match format {
-            LogFormat::Json => {
-                tracing::error!(error = %Report(error), exit_code = status.code(), "exiting")
-            }
-            LogFormat::Human => eprintln!("error: {}", Report(error)),
-        }
+    if status == Status::BrokenPipe {
+        return ExitCode::from(status.code());
+    }
+    if format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!(error = %Report(error), exit_code = status.code(), "exiting");
+    } else {
+        eprintln!("error: {}", Report(error));
     }
     ExitCode::from(status.code())
 }
