@@ -588,3 +588,30 @@ fn wal_level_replica_is_refused_before_anything_is_created_with_checks_fix() {
         );
     }
 }
+
+/// A server WARNING reached the log at INFO (tokio-postgres logs every notice at
+/// info). An invalid per-database setting makes PostgreSQL send one at connection
+/// start: it must log as a warning.
+#[test]
+fn server_warnings_are_logged_as_warnings() {
+    let db = PgCluster::shared().fresh_db();
+    // Accepted with a NOTICE at ALTER time, refused with a WARNING at session start.
+    db.psql(&format!(
+        "ALTER DATABASE {} SET default_text_search_config = 'pg_catalog.no_such_config'",
+        db.name
+    ));
+    let mut p = Pgoutbox::spawn(&["status", "--database-url", &db.url(), "--slot", &db.name]);
+    p.wait_exit(WAIT);
+    let err = p.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("no_such_config"))
+        .unwrap_or_else(|| panic!("the warning is logged:\n{err}"));
+    eprintln!("{line}");
+    assert!(
+        line.contains(" WARN ")
+            && line.contains("server notice")
+            && line.contains("severity=\"WARNING\""),
+        "{line}"
+    );
+}
