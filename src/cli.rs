@@ -17,7 +17,8 @@ use crate::config::router_keys as keys;
     name = "pgoutbox",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = crate::exit::help()
 )]
 pub struct Cli {
     /// What to do.
@@ -109,13 +110,31 @@ pub enum Command {
         /// Target shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) to stdout: `pgoutbox man | man -l -`.
-    Man,
+    /// Print a man page (roff) to stdout, or write them all into a directory.
+    ///
+    /// `pgoutbox man | man -l -` shows this command's page, `pgoutbox man run` the page
+    /// of `pgoutbox run` (pgoutbox-run(1)); `pgoutbox man --out-dir
+    /// /usr/local/share/man/man1` installs every page the others refer to.
+    Man(ManArgs),
     /// Create the publication and the replication slot if they are missing.
     ///
     /// Idempotent: existing objects are checked, never altered. With --print-sql,
     /// only prints the SQL a DBA would run.
     Setup(SetupArgs),
+}
+
+/// `pgoutbox man`.
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// The (sub)command whose page to print, e.g. `run` or `config show`; none: the
+    /// page of pgoutbox itself.
+    #[arg(value_name = "COMMAND", conflicts_with = "out_dir")]
+    pub command: Vec<String>,
+
+    /// Write every page (pgoutbox.1, pgoutbox-run.1, pgoutbox-config-show.1, …) into
+    /// this directory instead.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<std::path::PathBuf>,
 }
 
 /// Where the outbox lives.

@@ -24,11 +24,11 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The endpoint could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on --http-addr {addr}: {source}; fix: choose a free address or port")]
+#[error("cannot listen on --http-addr {addr}: {error}; fix: choose a free address or port")]
 pub struct BindError {
     addr: SocketAddr,
-    #[source]
-    source: std::io::Error,
+    /// Shown in the message, before the fix (so not a `source`).
+    error: std::io::Error,
 }
 
 /// Bind `addr` and serve until `shutdown`, as a task of `tasks` (each connection is
@@ -42,10 +42,10 @@ pub async fn serve(
 ) -> Result<SocketAddr, BindError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| BindError { addr, source })?;
+        .map_err(|error| BindError { addr, error })?;
     let local = listener
         .local_addr()
-        .map_err(|source| BindError { addr, source })?;
+        .map_err(|error| BindError { addr, error })?;
     tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz");
     tasks.spawn("http", accept_loop(listener, metrics, shutdown));
     Ok(local)

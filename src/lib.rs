@@ -8,6 +8,8 @@
 //!   file layer ([`config::file`]), the Debezium option names ([`config::router_keys`])
 //!   and `config import-debezium` ([`config::debezium`]).
 //! - [`secret`]: a string that never prints (passwords).
+//! - [`report`]: how an error is printed (the one rule for error messages);
+//!   [`exit`]: the binary's exit statuses.
 //! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
 //!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
 //!   the streaming connection, [`pg::catalog`] publication/slot SQL on the
@@ -35,6 +37,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod exit;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
@@ -42,6 +45,7 @@ pub mod ops;
 pub mod outbox;
 pub mod pg;
 pub mod pipeline;
+pub mod report;
 pub mod run;
 pub mod safety;
 pub mod secret;

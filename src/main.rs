@@ -1,21 +1,26 @@
 //! The `pgoutbox` binary: parse arguments, set up logging, run a subcommand.
-//! `anyhow` is used only here; errors print with their whole cause chain.
+//! `anyhow` is used only here; an error prints once, with its whole cause chain
+//! ([`pgoutbox::report`]), and exits with its status ([`pgoutbox::exit`]). Output
+//! goes through [`stdout`] so that a reader closing the pipe (`| head`) ends the
+//! command quietly instead of panicking.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use tokio_util::sync::CancellationToken;
 
-use clap::CommandFactory;
 use pgoutbox::cli::{
-    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, SetupArgs, StatusArgs,
+    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs, SetupArgs, StatusArgs,
     TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
+use pgoutbox::exit::{self, Coded, Status};
 use pgoutbox::ops::check::{CheckInput, TemplateInput};
 use pgoutbox::pg::catalog::Ensured;
+use pgoutbox::report::Report;
 
 fn main() -> ExitCode {
     // The config file's values become PGOUTBOX_* variables where unset, before clap
@@ -24,12 +29,19 @@ fn main() -> ExitCode {
     let overrides = match pgoutbox::config::file::apply(&args) {
         Ok(o) => o,
         Err(err) => {
-            eprintln!("error: {err}");
-            return ExitCode::from(2);
+            // The log format may still come from the flag or the environment.
+            let (format, color) = Cli::try_parse()
+                .map_or((LogFormat::Human, ColorWhen::Auto), |cli| {
+                    (cli.log_format, cli.color)
+                });
+            init_logging(format, color);
+            return fail(format, &err.into());
         }
     };
+    // A usage error exits 2 here (clap's own code, the same as Status::Usage).
     let cli = Cli::parse();
-    init_logging(cli.log_format, cli.color);
+    let format = cli.log_format;
+    init_logging(format, cli.color);
     // One thread for all async work: the relay's tasks (replication stream, the
     // relay loop, HTTP) hand messages to each other constantly, and on one thread a
     // hand-off is a queue push instead of a cross-thread wake-up (futex + context
@@ -40,17 +52,34 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
+            return fail(
+                format,
+                &anyhow::Error::new(err).context("cannot start the async runtime"),
+            )
         }
     };
     match runtime.block_on(run(cli, overrides)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::FAILURE
-        }
+        Err(err) => fail(format, &err),
     }
+}
+
+/// Report `err` once, in the log format, and map it to its exit status
+/// ([`pgoutbox::exit`]). A closed stdout is not reported: its reader left on purpose.
+/// A JSON log filtered to silence (`RUST_LOG=off`) still gets the plain line: the
+/// reason a process ended is never dropped.
+fn fail(format: LogFormat, err: &anyhow::Error) -> ExitCode {
+    let error: &(dyn std::error::Error + 'static) = err.as_ref();
+    let status = exit::status_of(error);
+    if status == Status::BrokenPipe {
+        return ExitCode::from(status.code());
+    }
+    if format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!(error = %Report(error), exit_code = status.code(), "exiting");
+    } else {
+        eprintln!("error: {}", Report(error));
+    }
+    ExitCode::from(status.code())
 }
 
 /// Logs go to stderr (stdout belongs to `tail`'s events); `RUST_LOG` filters;
@@ -74,12 +103,26 @@ fn init_logging(format: LogFormat, color: ColorWhen) {
     }
 }
 
+/// Standard output for a command's results. Writes are checked: a reader that
+/// closed the pipe gives [`std::io::ErrorKind::BrokenPipe`], never a panic.
+fn stdout() -> std::io::StdoutLock<'static> {
+    std::io::stdout().lock()
+}
+
+/// Write `text` to stdout and flush it (a watch loop's reader sees each refresh).
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = stdout();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
+}
+
 async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
     match cli.command {
         Command::Tail(args) => {
             let cfg = config::tail(&args, &overrides)?;
             let shutdown = shutdown_on_signal();
-            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut stdout = std::io::BufWriter::new(stdout());
             let printed = pgoutbox::tail::run(&cfg, &mut stdout, shutdown)
                 .await
                 .context("tail failed")?;
@@ -91,8 +134,12 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
         Command::Status(args) => status(args).await,
         Command::Teardown(args) => teardown(args).await,
         Command::Config(ConfigCommand::Show(args)) => {
-            let cfg = config::run(&args, &overrides)?;
-            print!("{}", config::show_toml(&cfg));
+            let (cfg, missing) = config::show(&args, &overrides)?;
+            print(&config::show_toml(&cfg))?;
+            for err in missing {
+                // A display command: say what `run` would refuse, without failing.
+                tracing::warn!("{err}");
+            }
             Ok(())
         }
         Command::Config(ConfigCommand::ImportDebezium { file }) => {
@@ -103,18 +150,15 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
                 "{}",
                 pgoutbox::config::debezium::render_notes(&imported.notes)
             );
-            print!("{}", imported.toml);
-            Ok(())
+            print(&imported.toml)
         }
         Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "pgoutbox", &mut std::io::stdout());
-            Ok(())
+            // Rendered first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pgoutbox", &mut script);
+            print(&String::from_utf8_lossy(&script))
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            Ok(())
-        }
+        Command::Man(args) => man(args),
         Command::Run(args) => {
             let cfg = config::run(&args, &overrides)?;
             pgoutbox::run::run(&cfg, shutdown_on_signal())
@@ -125,24 +169,49 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
     }
 }
 
+/// `pgoutbox man`: one page to stdout, or every page into a directory.
+fn man(args: ManArgs) -> anyhow::Result<()> {
+    // No `help` subcommand in the pages: it would list a pgoutbox-help(1).
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    if let Some(dir) = args.out_dir {
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| clap_mangen::generate_to(cmd, &dir))
+            .with_context(|| format!("cannot write man pages into {}", dir.display()))?;
+        return Ok(());
+    }
+    let mut page = &cmd;
+    for name in &args.command {
+        page = page.find_subcommand(name).ok_or_else(|| {
+            Coded::new(
+                Status::Usage,
+                format!("no man page for {name:?}: `pgoutbox --help` lists the commands"),
+            )
+        })?;
+    }
+    let mut roff = Vec::new();
+    clap_mangen::Man::new(page.clone()).render(&mut roff)?;
+    print(&String::from_utf8_lossy(&roff))
+}
+
 async fn setup(args: SetupArgs) -> anyhow::Result<()> {
     let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
     if args.print_sql {
-        println!("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)");
+        let mut text = String::from("-- publication first, then the slot (pgoutput reads the publication through the slot's snapshot)\n");
         for statement in pgoutbox::setup::sql(
             &source.publication,
             &source.tables,
             &slot,
             args.slot_failover.slot_failover,
         ) {
-            println!("{statement}");
+            text.push_str(&format!("{statement}\n"));
         }
-        println!("\n-- least-privilege role for the relay");
+        text.push_str("\n-- least-privilege role for the relay\n");
         for statement in pgoutbox::pg::catalog::grants_sql(&args.role, &source.tables) {
-            println!("{statement}");
+            text.push_str(&format!("{statement}\n"));
         }
-        return Ok(());
+        return print(&text);
     }
     let outcome = pgoutbox::setup::run(
         &source.conninfo,
@@ -157,13 +226,12 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         Ensured::Created => "created",
         Ensured::Existed => "already present",
     };
-    println!(
-        "publication {:?}: {}",
+    print(&format!(
+        "publication {:?}: {}\nreplication slot {slot:?}: {}\n",
         source.publication,
-        word(outcome.publication)
-    );
-    println!("replication slot {slot:?}: {}", word(outcome.slot));
-    Ok(())
+        word(outcome.publication),
+        word(outcome.slot)
+    ))
 }
 
 async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()> {
@@ -203,11 +271,17 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+        print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.to_json())?
+        ))?;
     } else {
-        print!("{}", report.render());
+        print(&report.render())?;
     }
-    anyhow::ensure!(report.ok(), "{} check(s) failed", report.failures().count());
+    if !report.ok() {
+        let failed = report.failures().count();
+        return Err(Coded::new(Status::CheckFailed, format!("{failed} check(s) failed")).into());
+    }
     Ok(())
 }
 
@@ -217,28 +291,43 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
         if args.json {
-            println!("{}", serde_json::to_string(&status.to_json())?);
+            print(&format!("{}\n", serde_json::to_string(&status.to_json())?))?;
         } else {
-            print!("{}", status.render());
+            print(&status.render())?;
         }
         let Some(every) = args.watch else {
-            return Ok(());
+            return status_verdict(&status);
         };
         tokio::time::sleep(std::time::Duration::from_secs(every.max(1))).await;
         if !args.json {
-            println!();
+            print("\n")?;
         }
     }
+}
+
+/// A one-shot `status` fails (exit 3) when the slot cannot be relayed from.
+fn status_verdict(status: &pgoutbox::ops::status::SlotStatus) -> anyhow::Result<()> {
+    let problem = if !status.exists {
+        "does not exist; fix: `pgoutbox setup` (or `run`) creates it"
+    } else if status.wal_status.as_deref() == Some("lost") {
+        "is lost (wal_status = lost); fix: see `pgoutbox run`'s message, then re-create it"
+    } else {
+        return Ok(());
+    };
+    let message = format!("replication slot {:?} {problem}", status.slot);
+    Err(Coded::new(Status::CheckFailed, message).into())
 }
 
 async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
     let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
-    anyhow::ensure!(
-        args.yes,
-        "teardown drops replication slot {slot:?}, publication {:?} and run's state file of the slot; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
-        source.publication
-    );
+    if !args.yes {
+        let message = format!(
+            "teardown drops replication slot {slot:?}, publication {:?} and run's state file of the slot; events not yet relayed can then only be recovered from the outbox table. Re-run with --yes",
+            source.publication
+        );
+        return Err(Coded::new(Status::Usage, message).into());
+    }
     let state_dir = pgoutbox::state::state_dir(args.state.state_dir.as_deref())?;
     let outcome = pgoutbox::ops::teardown::teardown(
         &source.conninfo,
@@ -247,8 +336,7 @@ async fn teardown(args: TeardownArgs) -> anyhow::Result<()> {
         state_dir.as_deref(),
     )
     .await?;
-    print!("{}", outcome.render());
-    Ok(())
+    print(&outcome.render())
 }
 
 /// A token cancelled on SIGINT or SIGTERM.

@@ -185,11 +185,11 @@ async fn relay(
                 if err.is_slot_in_use() {
                     guard.note_standby();
                     if !standing_by {
-                        tracing::info!(slot = %cfg.slot, error = %err, "slot is held by another process; standing by to take over");
+                        tracing::info!(slot = %cfg.slot, error = %crate::report::Report(&err), "slot is held by another process; standing by to take over");
                     }
                     standing_by = true;
                 } else {
-                    tracing::warn!(error = %err, retry_in = ?delay, "replication session interrupted; resuming from the slot");
+                    tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "replication session interrupted; resuming from the slot");
                     standing_by = false;
                 }
                 generation = generation.wrapping_add(1);
@@ -267,6 +267,7 @@ fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
 /// is still checked, and what is missing is reported by the slot-safety checks.
 async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     let client = catalog::connect(&cfg.source.conninfo).await?;
+    catalog::require_logical_wal(&client).await?;
     if create || catalog::publication_exists(&client, &cfg.source.publication).await? {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }
@@ -299,7 +300,7 @@ where
         match op().await {
             Err(err) if err.is_transient() && !shutdown.is_cancelled() => {
                 let delay = backoff.next();
-                tracing::warn!(error = %err, retry_in = ?delay, "cannot reach PostgreSQL; retrying");
+                tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "cannot reach PostgreSQL; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(delay) => {}

@@ -50,6 +50,7 @@ pub async fn run(
     slot_failover: bool,
 ) -> Result<SetupOutcome, CatalogError> {
     let client = catalog::connect(conninfo).await?;
+    catalog::require_logical_wal(&client).await?;
     let publication = catalog::ensure_publication(&client, publication, tables).await?;
     let slot = catalog::ensure_slot(&client, slot, slot_failover).await?;
     Ok(SetupOutcome { publication, slot })

@@ -49,25 +49,25 @@ pub enum StateError {
     #[error("no state directory: --state-dir is not given and none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set; fix: pass --state-dir DIR (or PGOUTBOX_STATE_DIR), or --state-dir off to run without slot-reset detection")]
     NoDefaultDir,
     /// The directory could not be created.
-    #[error("cannot create state directory {dir}: {source}; fix: create it writable for the relay's user, or pass another --state-dir")]
+    #[error("cannot create state directory {dir}: {error}; fix: create it writable for the relay's user, or pass another --state-dir")]
     CreateDir {
         dir: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// Shown in the message, before the fix (so not a `source`).
+        error: std::io::Error,
     },
     /// The file could not be read.
-    #[error("cannot read state file {path}: {source}; fix: make it readable for the relay's user")]
+    #[error("cannot read state file {path}: {error}; fix: make it readable for the relay's user")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// Shown in the message, before the fix (so not a `source`).
+        error: std::io::Error,
     },
     /// The file could not be written.
-    #[error("cannot write state file {path}: {source}; fix: make its directory writable (and not full) for the relay's user, or pass another --state-dir")]
+    #[error("cannot write state file {path}: {error}; fix: make its directory writable (and not full) for the relay's user, or pass another --state-dir")]
     Write {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        /// Shown in the message, before the fix (so not a `source`).
+        error: std::io::Error,
     },
     /// The file could not be removed (`teardown`).
     #[error("cannot remove state file {path}: {source}; fix: remove it by hand (the relay's slot is gone, so the file only makes the next run refuse)")]
@@ -239,9 +239,9 @@ pub struct StateFile {
 impl StateFile {
     /// The file of `slot` of `database` in `dir`; creates `dir` (mode 0700) if needed.
     pub fn open(dir: &Path, database: &str, slot: &str) -> Result<Self, StateError> {
-        create_dir(dir).map_err(|source| StateError::CreateDir {
+        create_dir(dir).map_err(|error| StateError::CreateDir {
             dir: dir.to_owned(),
-            source,
+            error,
         })?;
         Ok(Self {
             path: dir.join(file_name(database, slot)),
@@ -279,10 +279,10 @@ impl StateFile {
         let text = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(error) => {
                 return Err(StateError::Read {
                     path: self.path.clone(),
-                    source,
+                    error,
                 })
             }
         };
@@ -297,10 +297,10 @@ impl StateFile {
     /// Replace the file atomically with `state`: write a temporary file next to it,
     /// fsync it, rename it over the old one, fsync the directory.
     pub fn write(&self, state: &SlotState) -> Result<(), StateError> {
-        write_atomically(&self.path, state.to_text().as_bytes()).map_err(|source| {
+        write_atomically(&self.path, state.to_text().as_bytes()).map_err(|error| {
             StateError::Write {
                 path: self.path.clone(),
-                source,
+                error,
             }
         })
     }
@@ -401,7 +401,7 @@ impl Checkpoint {
             // The blocking task panicked or the runtime is shutting down: not durable.
             Err(join) => Err(StateError::Write {
                 path,
-                source: std::io::Error::other(join.to_string()),
+                error: std::io::Error::other(join.to_string()),
             }),
         }
     }

@@ -285,3 +285,62 @@ fn readme_reference_documents_every_run_option() {
         "README configuration reference lacks: {missing:?}"
     );
 }
+
+/// A bad value in the file used to surface as clap's `invalid value 'ten' for
+/// '--max-in-flight <RECORDS>'` (the file's values travel as environment
+/// variables), invalid TOML lost its line, and a typo got no suggestion.
+#[test]
+fn config_file_errors_name_the_file_line_and_key() {
+    let cases = [
+        (
+            "value.toml",
+            "brokers = \"k:9092\"\nmax_in_flight = \"ten\"\n",
+            ":2:1: key \"max_in_flight\": invalid value \"ten\": invalid digit found in string",
+        ),
+        (
+            "syntax.toml",
+            "brokers = \"k:9092\"\nslot = \n",
+            ":2:8: config file is not valid TOML: ",
+        ),
+        (
+            "typo.toml",
+            "max_inflight = 10\n",
+            ":1:1: unknown key \"max_inflight\" in the config file; did you mean \"max_in_flight\"?",
+        ),
+    ];
+    for (name, text, says) in cases {
+        let file = write_temp(name, text);
+        let mut p = Pgoutbox::spawn(&["--config", &file, "config", "show"]);
+        let status = p.wait_exit(WAIT);
+        let err = p.stderr();
+        assert_eq!(status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {file}{says}")),
+            "{name}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+    }
+}
+
+/// `config show` is a display command: without brokers it used to exit 1 and show
+/// nothing. It shows the configuration, marks `brokers` missing and warns.
+#[test]
+fn config_show_shows_a_configuration_that_lacks_brokers() {
+    let mut p = Pgoutbox::spawn(&["config", "show", "--slot", "shown"]);
+    let status = p.wait_exit(WAIT);
+    let out = p.stdout_so_far().join("\n");
+    let err = p.stderr();
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("slot = \"shown\""), "{out}");
+    assert!(
+        out.contains("# brokers = (missing: `run` needs --brokers host:port)"),
+        "{out}"
+    );
+    assert!(
+        err.contains("WARN") && err.contains("no Kafka brokers given; fix:"),
+        "{err}"
+    );
+    // `run` still refuses, as a configuration error.
+    let mut run = Pgoutbox::spawn(&["run", "--slot", "shown"]);
+    assert_eq!(run.wait_exit(WAIT).code(), Some(2), "{}", run.stderr());
+}

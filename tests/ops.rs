@@ -12,7 +12,7 @@ use pgoutbox::pg::lsn::Lsn;
 use pgoutbox::pg::replication::ReplicationClient;
 use pgoutbox::state::{SlotState, StateFile};
 use support::kafka::Broker;
-use support::{wait_until_eq, ClusterOptions, PgCluster, TestDb, WAIT};
+use support::{wait_until_eq, ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// The columns of sql/outbox.sql the default mapping uses.
 const COLUMNS: [&str; 6] = [
@@ -734,4 +734,90 @@ async fn teardown_removes_the_state_file_of_this_server_only() {
         .await
         .unwrap();
     assert_eq!(again.state, StateCleanup::Absent(file.path().to_owned()));
+}
+
+/// On `wal_level = replica`, `run` used to create the publication and then die on
+/// the slot with the raw server text (`logical decoding requires wal_level >=
+/// logical (SQLSTATE 55000)`). Now run, setup and tail refuse before creating
+/// anything, with `check`'s fix.
+#[test]
+fn wal_level_replica_is_refused_before_anything_is_created_with_checks_fix() {
+    let cluster = PgCluster::start(ClusterOptions {
+        conf: vec!["wal_level = replica".into()],
+        ..ClusterOptions::default()
+    });
+    let db = cluster.fresh_db();
+    let url = db.url();
+    let fix = pgoutbox::pg::catalog::WAL_LEVEL_FIX;
+    let mut check = Pgoutbox::spawn(&["check", "--database-url", &url, "--slot", &db.name]);
+    assert!(!check.wait_exit(WAIT).success());
+    let report = check.stdout_so_far().join("\n");
+    assert!(
+        report.contains(&format!("✘ wal_level: server = replica — fix: {fix}")),
+        "{report}"
+    );
+    let state = support::temp_dir("wal-level-state");
+    let state = state.display().to_string();
+    let commands: [&[&str]; 3] = [
+        &[
+            "run",
+            "--database-url",
+            &url,
+            "--slot",
+            &db.name,
+            "--brokers",
+            "127.0.0.1:1",
+            "--http-addr",
+            "off",
+            "--state-dir",
+            &state,
+        ],
+        &["setup", "--database-url", &url, "--slot", &db.name],
+        &["tail", "--database-url", &url],
+    ];
+    for args in commands {
+        let mut p = Pgoutbox::spawn(args);
+        let status = p.wait_exit(WAIT);
+        let err = p.stderr();
+        assert_eq!(status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "wal_level is replica, but logical replication needs wal_level = logical; fix: {fix}"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("SQLSTATE"), "{args:?}: {err}");
+        assert_eq!(
+            db.psql("SELECT count(*) FROM pg_publication").trim(),
+            "0",
+            "{args:?} created a publication"
+        );
+    }
+}
+
+/// A server WARNING reached the log at INFO (tokio-postgres logs every notice at
+/// info). An invalid per-database setting makes PostgreSQL send one at connection
+/// start: it must log as a warning.
+#[test]
+fn server_warnings_are_logged_as_warnings() {
+    let db = PgCluster::shared().fresh_db();
+    // Accepted with a NOTICE at ALTER time, refused with a WARNING at session start.
+    db.psql(&format!(
+        "ALTER DATABASE {} SET default_text_search_config = 'pg_catalog.no_such_config'",
+        db.name
+    ));
+    let mut p = Pgoutbox::spawn(&["status", "--database-url", &db.url(), "--slot", &db.name]);
+    p.wait_exit(WAIT);
+    let err = p.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("no_such_config"))
+        .unwrap_or_else(|| panic!("the warning is logged:\n{err}"));
+    eprintln!("{line}");
+    assert!(
+        line.contains(" WARN ")
+            && line.contains("server notice")
+            && line.contains("severity=\"WARNING\""),
+        "{line}"
+    );
 }

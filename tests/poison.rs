@@ -366,9 +366,10 @@ async fn fail_policy_stops_before_each_cause_without_confirming_past_it() {
         };
         let status = relay.wait_exit(WAIT);
         let log = relay.stderr();
-        assert!(
-            !status.success(),
-            "{cause}: relay must exit non-zero\n{log}"
+        assert_eq!(
+            status.code(),
+            Some(i32::from(pgoutbox::exit::Status::Poison.code())),
+            "{cause}: relay must exit with the poison-row status\n{log}"
         );
         assert!(
             log.contains(&format!("poison row ({cause})")) && log.contains(poison.id),

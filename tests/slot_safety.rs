@@ -74,7 +74,11 @@ pub(crate) fn start_failing(db: &TestDb<'_>, broker: &str, state: &Path, extra: 
     let mut relay = spawn(db, broker, state, extra);
     let status = relay.wait_exit(WAIT);
     let stderr = relay.stderr();
-    assert!(!status.success(), "run must fail, it exited 0:\n{stderr}");
+    assert_eq!(
+        status.code(),
+        Some(i32::from(pgoutbox::exit::Status::SlotSafety.code())),
+        "run must refuse the slot with the slot-safety status:\n{stderr}"
+    );
     assert!(
         !stderr.contains("relaying outbox to kafka"),
         "run must not start relaying:\n{stderr}"

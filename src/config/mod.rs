@@ -49,7 +49,7 @@ use crate::tail::{TailConfig, TailFormat};
 #[non_exhaustive]
 pub enum ConfigError {
     /// The connection string does not parse.
-    #[error("invalid --database-url / PGOUTBOX_DATABASE_URL: {0}")]
+    #[error("invalid --database-url / PGOUTBOX_DATABASE_URL")]
     DatabaseUrl(#[source] ConnInfoError),
     /// A table name is empty or malformed.
     #[error("invalid --table {0:?}: expected schema.table or table (schema public)")]
@@ -72,7 +72,7 @@ pub enum ConfigError {
     #[error("--{0} must be at least 1")]
     ZeroWindow(&'static str),
     /// A secret file could not be read.
-    #[error("cannot read {flag} {path}: {source}")]
+    #[error("cannot read {flag} {path}")]
     SecretFile {
         flag: &'static str,
         path: std::path::PathBuf,
@@ -330,13 +330,39 @@ pub fn kafka_options(args: &KafkaArgs) -> Result<KafkaOptions, ConfigError> {
 
 /// Validate `run` arguments.
 pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
+    let cfg = build_run(args, overrides)?;
+    match missing(&cfg).into_iter().next() {
+        Some(err) => Err(err),
+        None => Ok(cfg),
+    }
+}
+
+/// Validate `run` arguments for `config show`, a display command: a required
+/// setting still missing is returned next to the configuration instead of failing
+/// (every value that is given is still validated).
+pub fn show(
+    args: &RunArgs,
+    overrides: &TableOverrides,
+) -> Result<(RunConfig, Vec<ConfigError>), ConfigError> {
+    let cfg = build_run(args, overrides)?;
+    let missing = missing(&cfg);
+    Ok((cfg, missing))
+}
+
+/// Required settings `cfg` lacks.
+fn missing(cfg: &RunConfig) -> Vec<ConfigError> {
+    let mut missing = Vec::new();
+    if cfg.brokers.is_empty() {
+        missing.push(ConfigError::NoBrokers);
+    }
+    missing
+}
+
+fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
     let kafka_options = kafka_options(&args.kafka)?;
     let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
-    if brokers.is_empty() {
-        return Err(ConfigError::NoBrokers);
-    }
     if args.max_in_flight == 0 {
         return Err(ConfigError::ZeroWindow("max-in-flight"));
     }
@@ -433,7 +459,14 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     line("publication", q(&cfg.source.publication));
     line("slot", q(&cfg.slot));
     line("slot_failover", cfg.slot_failover.to_string());
-    line("brokers", q(&cfg.brokers));
+    if cfg.brokers.is_empty() {
+        line(
+            "# brokers",
+            "(missing: `run` needs --brokers host:port)".to_owned(),
+        );
+    } else {
+        line("brokers", q(&cfg.brokers));
+    }
     let options = cfg
         .kafka_options
         .redacted()

@@ -62,9 +62,9 @@ pub async fn status(conninfo: &ConnInfo, slot: &str) -> Result<SlotStatus, Catal
             &[&slot],
         )
         .await
-        .map_err(|source| CatalogError::Query {
+        .map_err(|error| CatalogError::Query {
             context: format!("reading the status of replication slot {slot}"),
-            source,
+            error,
         })?;
     let lsn = |v: Option<String>| v.and_then(|s| s.parse::<Lsn>().ok());
     // NULL only on a standby that has not replayed anything yet.

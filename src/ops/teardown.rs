@@ -262,8 +262,8 @@ async fn drop_publication(client: &Client, publication: &str) -> Result<bool, Ca
     }
 }
 
-fn query_failed(context: String, source: tokio_postgres::Error) -> CatalogError {
-    CatalogError::Query { context, source }
+fn query_failed(context: String, error: tokio_postgres::Error) -> CatalogError {
+    CatalogError::Query { context, error }
 }
 
 async fn permission(

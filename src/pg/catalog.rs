@@ -27,11 +27,11 @@ use crate::pg::tls::{self, TlsError};
 #[non_exhaustive]
 pub enum CatalogError {
     /// Could not connect.
-    #[error("cannot connect to {target}: {}", describe(source))]
+    #[error("cannot connect to {target}: {}", describe(error))]
     Connect {
         target: String,
-        #[source]
-        source: tokio_postgres::Error,
+        /// Rendered by [`describe`] in the message (so not a `source`).
+        error: tokio_postgres::Error,
     },
     /// Connect and authentication took longer than `connect_timeout`.
     #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
@@ -54,12 +54,19 @@ pub enum CatalogError {
         reason: String,
     },
     /// A query failed.
-    #[error("{context}: {}", describe(source))]
+    #[error("{context}: {}", describe(error))]
     Query {
         context: String,
-        #[source]
-        source: tokio_postgres::Error,
+        /// Rendered by [`describe`] in the message (so not a `source`).
+        error: tokio_postgres::Error,
     },
+    /// The server cannot decode logically: checked before anything is created, so a
+    /// refused start leaves no publication behind.
+    #[error(
+        "wal_level is {observed}, but logical replication needs wal_level = logical; fix: {}",
+        WAL_LEVEL_FIX
+    )]
+    WalLevel { observed: String },
     /// An outbox table does not exist.
     #[error("outbox table {table} does not exist; fix: create it (see sql/outbox.sql) or pass the right --table")]
     MissingTable { table: TableName },
@@ -108,6 +115,24 @@ pub enum CatalogError {
     },
 }
 
+/// How to make a server logical-decoding capable (`check` gives the same fix).
+pub const WAL_LEVEL_FIX: &str = "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL";
+
+/// Refuse a server whose `wal_level` is not `logical`, before anything is created:
+/// PostgreSQL would accept the publication and only refuse the slot.
+pub async fn require_logical_wal(client: &Client) -> Result<(), CatalogError> {
+    let row = client
+        .query_one("SELECT current_setting('wal_level')", &[])
+        .await
+        .map_err(query_err("reading wal_level"))?;
+    let observed: String = row.get(0);
+    if observed == "logical" {
+        Ok(())
+    } else {
+        Err(CatalogError::WalLevel { observed })
+    }
+}
+
 /// tokio-postgres prints a server error as just "db error"; show the server's
 /// message, SQLSTATE, detail and hint instead (never the password: the server does
 /// not echo it).
@@ -127,13 +152,11 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
             text
         }
         None => {
-            let mut text = err.to_string();
-            let mut source = std::error::Error::source(err);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
+            let mut text = crate::report::render(err);
+            let fix = tls::chain_fix(err);
+            if !text.contains(fix) {
+                text.push_str(fix);
             }
-            text.push_str(tls::chain_fix(err));
             text
         }
     }
@@ -157,8 +180,8 @@ impl CatalogError {
             None => e.is_closed() || e.as_db_error().is_none(),
         };
         match self {
-            CatalogError::Connect { source, .. } | CatalogError::Query { source, .. } => {
-                pg_transient(source)
+            CatalogError::Connect { error, .. } | CatalogError::Query { error, .. } => {
+                pg_transient(error)
             }
             CatalogError::Timeout { .. } => true,
             CatalogError::NoHost(none) => none.is_transient(),
@@ -214,7 +237,7 @@ impl fmt::Display for TableName {
 
 fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
     let context = context.into();
-    move |source| CatalogError::Query { context, source }
+    move |error| CatalogError::Query { context, error }
 }
 
 /// The SQL that creates the publication for `tables`, insert-only.

@@ -107,11 +107,10 @@ pub enum Refusal {
         offered: String,
     },
     /// require, but the certificate gives no binding value.
-    #[error("channel_binding=require, but {source}; fix: give the server a certificate signed with RSA or ECDSA and SHA-256/384/512, or set channel_binding=prefer")]
+    #[error("channel_binding=require, but {error}; fix: give the server a certificate signed with RSA or ECDSA and SHA-256/384/512, or set channel_binding=prefer")]
     Unavailable {
-        /// Why.
-        #[source]
-        source: EndPointError,
+        /// Why (shown in the message, before the fix).
+        error: EndPointError,
     },
     /// require, and the server asked for a method that cannot bind.
     #[error("channel_binding=require, but the server at {target} asks for {method} authentication, which cannot be bound to the TLS channel (no password was sent); fix: make this user's pg_hba.conf method scram-sha-256 with a SCRAM password, or set channel_binding=prefer")]
@@ -166,8 +165,8 @@ pub fn plan(
             TlsBinding::NotTls => Refusal::NotTls {
                 target: target.to_owned(),
             },
-            TlsBinding::Unavailable(source) => Refusal::Unavailable {
-                source: source.clone(),
+            TlsBinding::Unavailable(error) => Refusal::Unavailable {
+                error: error.clone(),
             },
             TlsBinding::EndPoint(_) => Refusal::NotOffered {
                 target: target.to_owned(),

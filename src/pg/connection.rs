@@ -83,6 +83,39 @@ impl DbError {
         }
         err
     }
+
+    /// The log level a notice of this severity deserves ([`log_notice`]).
+    pub fn notice_level(&self) -> tracing::Level {
+        match self.severity.as_str() {
+            "WARNING" => tracing::Level::WARN,
+            "NOTICE" | "INFO" => tracing::Level::INFO,
+            // LOG, DEBUG1..5: what the server would only log for itself.
+            _ => tracing::Level::DEBUG,
+        }
+    }
+}
+
+impl From<&tokio_postgres::error::DbError> for DbError {
+    fn from(db: &tokio_postgres::error::DbError) -> Self {
+        DbError {
+            severity: db.severity().to_owned(),
+            code: db.code().code().to_owned(),
+            message: db.message().to_owned(),
+            detail: db.detail().map(str::to_owned),
+            hint: db.hint().map(str::to_owned),
+        }
+    }
+}
+
+/// Log a server notice (`NoticeResponse`) at the level of its severity: a WARNING
+/// is a warning, not an info line.
+pub fn log_notice(notice: &DbError) {
+    let severity = notice.severity.as_str();
+    match notice.notice_level() {
+        tracing::Level::WARN => tracing::warn!(severity, notice = %notice, "server notice"),
+        tracing::Level::INFO => tracing::info!(severity, notice = %notice, "server notice"),
+        _ => tracing::debug!(severity, notice = %notice, "server notice"),
+    }
 }
 
 impl fmt::Display for DbError {
@@ -105,7 +138,7 @@ impl std::error::Error for DbError {}
 #[non_exhaustive]
 pub enum PgError {
     /// Socket error while doing `context`.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         context: String,
         #[source]
@@ -114,8 +147,8 @@ pub enum PgError {
     /// TLS setup or handshake failed.
     #[error(transparent)]
     Tls(#[from] TlsError),
-    /// The server sent an `ErrorResponse`.
-    #[error("server error: {0}")]
+    /// The server sent an `ErrorResponse` (its message and SQLSTATE say it all).
+    #[error(transparent)]
     Db(#[from] DbError),
     /// The server sent bytes that do not parse.
     #[error(transparent)]
@@ -540,8 +573,7 @@ impl PgConnection {
                         }
                     }
                     Backend::Message(Message::NoticeResponse(body)) => {
-                        let notice = DbError::from_fields(body.fields());
-                        tracing::debug!(notice = %notice, "server notice");
+                        log_notice(&DbError::from_fields(body.fields()));
                     }
                     Backend::Message(Message::NotificationResponse(_)) => {}
                     other => return Ok(other),
@@ -764,6 +796,19 @@ fn message_name(message: &Message) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notices_log_at_their_severity() {
+        let notice = |severity: &str| DbError {
+            severity: severity.to_owned(),
+            ..DbError::default()
+        };
+        assert_eq!(notice("WARNING").notice_level(), tracing::Level::WARN);
+        assert_eq!(notice("NOTICE").notice_level(), tracing::Level::INFO);
+        assert_eq!(notice("INFO").notice_level(), tracing::Level::INFO);
+        assert_eq!(notice("LOG").notice_level(), tracing::Level::DEBUG);
+        assert_eq!(notice("DEBUG1").notice_level(), tracing::Level::DEBUG);
+    }
 
     #[test]
     fn server_versions_parse() {

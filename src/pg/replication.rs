@@ -460,7 +460,7 @@ impl StreamTask {
             }
         };
         if let Err(err) = result {
-            tracing::debug!(error = %err, "replication stream ended");
+            tracing::debug!(error = %crate::report::Report(&err), "replication stream ended");
             let _ = self.tx.send(Err(err)).await;
         }
     }
@@ -563,7 +563,7 @@ impl StreamTask {
                     if stream_notice_is_fatal(&notice) {
                         return Err(PgError::Db(notice));
                     }
-                    tracing::warn!(notice = %notice, "server notice on the replication stream");
+                    crate::pg::connection::log_notice(&notice);
                     continue;
                 }
                 Backend::Message(Message::ParameterStatus(_)) => continue,

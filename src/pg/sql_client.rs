@@ -61,7 +61,7 @@ impl HostAttempt for SqlAttempt {
                 .await
                 .map_err(|source| CatalogError::Query {
                     context: context(),
-                    source,
+                    error: source,
                 })?;
         let value = messages.iter().find_map(|m| match m {
             SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
@@ -83,7 +83,7 @@ impl HostAttempt for SqlAttempt {
     /// database), or TLS or channel binding cannot be met.
     fn is_definite(&self, err: &CatalogError) -> bool {
         match err {
-            CatalogError::Connect { source, .. } => {
+            CatalogError::Connect { error: source, .. } => {
                 source.as_db_error().is_some() && !err.is_transient()
             }
             CatalogError::Tls(_) | CatalogError::ChannelBinding { .. } => true,
@@ -128,7 +128,7 @@ fn connect_error(info: &ConnInfo, source: tokio_postgres::Error) -> CatalogError
     if !unbound {
         return CatalogError::Connect {
             target: info.redacted(),
-            source,
+            error: source,
         };
     }
     let target = info
@@ -162,8 +162,21 @@ where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     crate::task::spawn("catalog-connection", async move {
-        if let Err(err) = conn.await {
-            tracing::debug!(error = %err, "catalog connection ended");
+        // Polled message by message (not awaited whole, which logs every notice at
+        // INFO through the `log` crate) so a notice is logged at its severity's level.
+        let mut conn = conn;
+        loop {
+            match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => {
+                    crate::pg::connection::log_notice(&(&notice).into());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => {
+                    tracing::debug!(error = %crate::report::Report(&err), "catalog connection ended");
+                    break;
+                }
+                None => break,
+            }
         }
     });
     client

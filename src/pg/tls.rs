@@ -45,7 +45,7 @@ use crate::pg::conninfo::{ConnInfo, SslMode, SslNegotiation};
 #[non_exhaustive]
 pub enum TlsError {
     /// A certificate or key file could not be read.
-    #[error("cannot read {what} file {path}: {source}")]
+    #[error("cannot read {what} file {path}")]
     ReadFile {
         what: &'static str,
         path: PathBuf,
@@ -74,23 +74,35 @@ pub enum TlsError {
     #[error("host {host:?} is not a valid TLS server name")]
     ServerName { host: String },
     /// rustls rejected the configuration.
-    #[error("invalid TLS configuration: {0}")]
+    #[error("invalid TLS configuration")]
     Config(#[source] rustls::Error),
     /// The handshake failed (certificate not trusted, wrong host name, …).
-    #[error("TLS handshake with {host} failed: {source}{}", rustls_error(source).map_or("", alert_fix))]
+    #[error("TLS handshake with {host} failed: {error}{}", rustls_error(error).map_or("", alert_fix))]
     Handshake {
         host: String,
-        #[source]
-        source: std::io::Error,
+        /// Shown in the message, before the fix (so not a `source`).
+        error: std::io::Error,
     },
     /// TLS failed after the handshake; with TLS 1.3 this is how a server rejecting
     /// the client certificate shows up (an alert on the first read).
-    #[error("TLS session failed while {context}: {source}{}", alert_fix(source))]
+    #[error("TLS session failed while {context}: {error}{}", alert_fix(error))]
     Session {
         context: String,
-        #[source]
-        source: rustls::Error,
+        /// Shown in the message, before the fix (so not a `source`).
+        error: rustls::Error,
     },
+}
+
+impl TlsError {
+    /// The rustls error of a failed handshake or session (kept in the message
+    /// rather than as a `source`, so [`rustls_in_chain`] asks here).
+    fn rustls(&self) -> Option<&rustls::Error> {
+        match self {
+            TlsError::Handshake { error, .. } => rustls_error(error),
+            TlsError::Session { error, .. } => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// The rustls error inside an I/O error from a TLS stream, if any.
@@ -129,6 +141,9 @@ pub fn rustls_in_chain<'a>(
         if let Some(found) = e.downcast_ref::<std::io::Error>().and_then(rustls_error) {
             return Some(found);
         }
+        if let Some(found) = e.downcast_ref::<TlsError>().and_then(TlsError::rustls) {
+            return Some(found);
+        }
         next = e.source();
     }
     None
@@ -144,7 +159,7 @@ pub fn chain_fix(err: &(dyn std::error::Error + 'static)) -> &'static str {
 pub fn session_error(context: &str, err: &std::io::Error) -> Option<TlsError> {
     Some(TlsError::Session {
         context: context.to_owned(),
-        source: rustls_error(err)?.clone(),
+        error: rustls_error(err)?.clone(),
     })
 }
 
@@ -237,9 +252,9 @@ where
     TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(|source| TlsError::Handshake {
+        .map_err(|error| TlsError::Handshake {
             host: host.to_owned(),
-            source,
+            error,
         })
 }
 

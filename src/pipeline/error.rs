@@ -16,13 +16,13 @@ use super::tracker::UnknownTxn;
 #[non_exhaustive]
 pub enum PipelineError {
     /// The replication connection failed.
-    #[error("replication stream: {0}")]
+    #[error("replication stream")]
     Pg(#[from] PgError),
     /// The replication stream ended without an error.
     #[error("replication stream closed")]
     StreamClosed,
     /// A pgoutput message did not decode.
-    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    #[error("cannot decode pgoutput message at {lsn}")]
     Decode {
         lsn: Lsn,
         #[source]
@@ -57,7 +57,7 @@ pub enum PipelineError {
     #[error("unexpected pgoutput {0} message: pgoutbox does not enable streaming or two_phase")]
     UnexpectedMessage(&'static str),
     /// Internal accounting error (a bug).
-    #[error("delivery accounting: {0}")]
+    #[error("delivery accounting")]
     Tracker(#[from] UnknownTxn),
     /// The oldest in-flight record got no ack within `--stall-timeout`.
     #[error("{0}; the producer is replaced and the session resumes from the slot (if Kafka is just slow, raise --stall-timeout)")]

@@ -110,10 +110,12 @@ impl<'a> Session<'a> {
                 stats.confirmed = confirmed;
                 self.stream.confirm(confirmed);
             }
-            Err(err) => tracing::error!(error = %err, lsn = %confirmed, "not confirming"),
+            Err(err) => {
+                tracing::error!(error = %crate::report::Report(&err), lsn = %confirmed, "not confirming")
+            }
         }
         if let Err(err) = self.stream.close().await {
-            tracing::debug!(error = %err, "closing replication stream");
+            tracing::debug!(error = %crate::report::Report(&err), "closing replication stream");
         }
         result.map(|_| stats)
     }

@@ -70,10 +70,10 @@ pub enum TailError {
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     /// The replication connection failed.
-    #[error("replication connection: {0}")]
+    #[error("replication connection")]
     Replication(#[from] PgError),
     /// The server sent a pgoutput message that does not decode.
-    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    #[error("cannot decode pgoutput message at {lsn}")]
     Decode {
         lsn: Lsn,
         #[source]
@@ -88,7 +88,7 @@ pub enum TailError {
     )]
     UnknownRelation { lsn: Lsn, relid: u32 },
     /// Writing to stdout failed.
-    #[error("writing events to stdout: {0}")]
+    #[error("writing events to stdout")]
     Output(#[source] std::io::Error),
 }
 
@@ -100,8 +100,9 @@ struct Txn {
     commit_time: i64,
 }
 
-/// Run tail until `limit` events were printed, the stream fails, stdout closes, or
-/// `shutdown` fires. Returns the number of events printed.
+/// Run tail until `limit` events were printed or `shutdown` fires. Returns the
+/// number of events printed. A closed stdout is [`TailError::Output`] with
+/// `BrokenPipe`; the temporary slot goes away all the same.
 pub async fn run(
     cfg: &TailConfig,
     out: &mut dyn Write,
@@ -111,6 +112,7 @@ pub async fn run(
     // With several hosts, the stream comes from the server the catalog checks saw.
     let (publication, host) = {
         let (client, host) = sql_client::connect_on(&source.conninfo).await?;
+        catalog::require_logical_wal(&client).await?;
         if let Some(slot) = &cfg.slot {
             let info = catalog::slot_info(&client, slot)
                 .await?
@@ -178,20 +180,20 @@ async fn stream(
             Some(Err(err)) => break Err(TailError::Replication(err)),
             Some(Ok(ReplicationMessage::XLogData {
                 wal_start, data, ..
-            })) => match state.handle(wal_start, data, out) {
-                Ok(()) => {}
-                Err(TailError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    break Ok(())
+            })) => {
+                // A closed stdout (`| head`) is an error too: the binary ends quietly
+                // with the closed-pipe status, like every other command.
+                if let Err(e) = state.handle(wal_start, data, out) {
+                    break Err(e);
                 }
-                Err(e) => break Err(e),
-            },
+            }
             Some(Ok(_keepalive)) => {}
         }
     };
     let _ = out.flush();
     // Closing sends a last status update that still carries 0/0: nothing is confirmed.
     if let Err(err) = stream.close().await {
-        tracing::debug!(error = %err, "closing replication stream");
+        tracing::debug!(error = %crate::report::Report(&err), "closing replication stream");
     }
     result.map(|()| state.printed)
 }

@@ -397,3 +397,22 @@ fn compose_stop_grace_outlasts_the_drain() {
         assert_eq!(scalar(signal), "SIGTERM");
     }
 }
+
+/// `restart: on-failure` restarted a relay stopped before a poison row forever (exit 4
+/// every time). Compose cannot skip exit codes, so the restarts must be capped:
+/// `on-failure:N` with a small N — never `always`, `unless-stopped` or an unbounded
+/// `on-failure`.
+#[test]
+fn compose_relay_restarts_are_capped_so_a_poison_row_does_not_crash_loop() {
+    let compose = compose();
+    let relay = service(&compose, "pgoutbox");
+    let policy = relay.get("restart").map(scalar).unwrap_or_default();
+    let retries = policy
+        .strip_prefix("on-failure:")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("restart: {policy:?}, expected on-failure:N"));
+    assert!(
+        (1..=5).contains(&retries),
+        "restart: {policy}: a poison row would be retried {retries} times"
+    );
+}

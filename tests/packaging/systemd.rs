@@ -113,6 +113,16 @@ fn systemd_unit_runs_the_relay_with_restart_and_a_drain_sized_stop() {
     ] {
         assert_eq!(service_value(&unit, key), value, "[Service] {key}=");
     }
+    // Exits a restart would meet again wait for an operator instead of looping.
+    let operator: Vec<String> = pgoutbox::exit::Status::NEEDS_OPERATOR
+        .iter()
+        .map(|s| s.code().to_string())
+        .collect();
+    assert_eq!(
+        service_value(&unit, "RestartPreventExitStatus"),
+        operator.join(" "),
+        "[Service] RestartPreventExitStatus="
+    );
     let env_files: Vec<&str> = unit["Service"]["EnvironmentFile"]
         .iter()
         .map(|f| f.trim_start_matches('-'))

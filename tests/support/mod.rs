@@ -558,24 +558,10 @@ impl Pgoutbox {
 
     /// Start `pgoutbox <args>` with a clean PG*/PGOUTBOX_* environment plus `env`.
     pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Pgoutbox {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
-        cmd.args(args)
-            .stdin(Stdio::null())
+        let mut cmd = Self::command(args, env);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        for (key, _) in std::env::vars() {
-            if key.starts_with("PGOUTBOX_") || key.starts_with("PG") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("HOME", "/nonexistent"); // no ~/.pgpass of the machine running the tests
-                                         // State files of `run` go to a directory of this test process, not the
-                                         // machine's, and never meet those of an earlier run.
-        cmd.env_remove("STATE_DIRECTORY");
-        cmd.env("XDG_STATE_HOME", state_home());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let mut child = cmd.spawn().expect("spawn pgoutbox");
         let (tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().expect("stdout");
@@ -604,6 +590,27 @@ impl Pgoutbox {
             stderr,
             readers: vec![out_reader, err_reader],
         }
+    }
+
+    /// `pgoutbox <args>` with a clean PG*/PGOUTBOX_* environment plus `env`, for a
+    /// test that wires its standard streams itself.
+    pub fn command<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pgoutbox"));
+        cmd.args(args);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("PGOUTBOX_") || key.starts_with("PG") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("HOME", "/nonexistent"); // no ~/.pgpass of the machine running the tests
+                                         // State files of `run` go to a directory of this test process, not the
+                                         // machine's, and never meet those of an earlier run.
+        cmd.env_remove("STATE_DIRECTORY");
+        cmd.env("XDG_STATE_HOME", state_home());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
     }
 
     /// Collect exactly `n` stdout lines, waiting up to `timeout` overall.

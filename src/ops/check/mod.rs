@@ -137,22 +137,6 @@ impl Check {
     }
 }
 
-/// `err` and its sources, `: `-separated; a source whose text the previous message
-/// already contains is skipped.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Every verdict of one run, in the order the checks ran.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CheckReport {
@@ -213,8 +197,8 @@ pub async fn check(input: &CheckInput) -> CheckReport {
             input.conninfo.redacted(),
             // The object already names the target; the observation is the cause.
             match &err {
-                CatalogError::Connect { source, .. } => catalog::describe(source),
-                other => error_chain(other),
+                CatalogError::Connect { error, .. } => catalog::describe(error),
+                other => crate::report::render(other),
             },
             "check host, port, dbname, user, the password (PGPASSWORD or ~/.pgpass), sslmode, \
              and that the server's pg_hba.conf admits this role from this host",
@@ -322,19 +306,5 @@ mod tests {
         assert!(CheckReport::default().ok());
         assert_eq!(r.find("wal_level", "server").unwrap().observed, "logical");
         assert!(r.find("wal_level", "other").is_none());
-    }
-
-    #[test]
-    fn error_chain_adds_new_causes_only() {
-        #[derive(Debug, thiserror::Error)]
-        #[error("outer")]
-        struct Outer(#[source] std::io::Error);
-        let err = Outer(std::io::Error::other("refused"));
-        assert_eq!(error_chain(&err), "outer: refused");
-        #[derive(Debug, thiserror::Error)]
-        #[error("outer: {0}")]
-        struct Repeats(#[source] std::io::Error);
-        let err = Repeats(std::io::Error::other("refused"));
-        assert_eq!(error_chain(&err), "outer: refused");
     }
 }

@@ -93,7 +93,7 @@ pub(super) fn server_checks(facts: &Facts, slot_exists: bool, slot_active: bool)
             "wal_level",
             "server",
             &facts.wal_level,
-            "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL",
+            crate::pg::catalog::WAL_LEVEL_FIX,
         )
     });
 

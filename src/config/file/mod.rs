@@ -8,18 +8,22 @@
 //! rest. `[tables."schema.name"]` sections give one outbox table its own column
 //! mapping and topic template.
 //!
-//! Invariants: an unknown key is an error naming the key and listing valid ones
-//! (a typo never silently falls back to a default); the file's values are never
-//! logged (they may hold secrets).
+//! Invariants: every finding names the file, line and column and the key
+//! ([`check::Place`]); an unknown key is an error with the closest valid key (a typo
+//! never silently falls back to a default); a value is checked by its flag's own
+//! parser before anything runs, so the error points at the file, not at the
+//! environment variable it is carried in; the file's values are never logged (they
+//! may hold secrets).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
 use crate::config::router_keys;
+
+pub mod check;
+
+use check::{Flags, Place};
 
 /// Keys allowed inside a `[tables."…"]` section.
 pub const TABLE_KEYS: &[&str] = &[
@@ -34,30 +38,36 @@ pub const TABLE_KEYS: &[&str] = &[
     "trace_context",
 ];
 
-/// A problem with the configuration file.
+/// A problem with the configuration file. Each finding in the file names its place
+/// (`file:line:column`) and the key.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
     /// Unreadable file.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
     /// Not TOML.
-    #[error("config file {path} is not valid TOML: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error("{at}: config file is not valid TOML: {message}")]
+    Parse { at: Place, message: String },
     /// A key no flag has.
-    #[error("config file {path}: unknown key {key:?}; valid keys: {valid}")]
+    #[error("{at}: unknown key {key:?} in the config file; {hint}")]
     UnknownKey {
-        path: PathBuf,
+        at: Place,
         key: String,
-        valid: String,
+        /// "did you mean …?", or the valid keys.
+        hint: String,
     },
-    /// A value of the wrong shape.
-    #[error("config file {path}: key {key:?} must be a string, number, boolean or array of those")]
-    BadValue { path: PathBuf, key: String },
+    /// A value the key's flag would refuse, or of the wrong shape.
+    #[error("{at}: key {key:?}: {reason}")]
+    BadValue {
+        at: Place,
+        key: String,
+        reason: String,
+    },
 }
 
 /// Per-table overrides from `[tables."schema.name"]`.
@@ -65,25 +75,11 @@ pub type TableOverrides = BTreeMap<String, BTreeMap<String, String>>;
 
 /// Top-level file key → environment variable, from the clap definitions.
 pub fn key_to_env() -> BTreeMap<String, String> {
-    fn walk(cmd: &clap::Command, out: &mut BTreeMap<String, String>) {
-        for arg in cmd.get_arguments() {
-            let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else {
-                continue;
-            };
-            let env = env.to_string_lossy().into_owned();
-            out.insert(long.replace('-', "_"), env.clone());
-            for alias in arg.get_all_aliases().unwrap_or_default() {
-                out.insert(alias.replace('-', "_"), env.clone());
-            }
-        }
-        for sub in cmd.get_subcommands() {
-            walk(sub, out);
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(&Cli::command(), &mut out);
-    out.remove("config");
-    out
+    let flags = Flags::from_cli();
+    flags
+        .keys()
+        .filter_map(|k| Some((k.to_owned(), flags.get(k)?.env.clone())))
+        .collect()
 }
 
 /// The config file named by `--config FILE` / `--config=FILE` in `args`, else by
@@ -102,86 +98,126 @@ pub fn find_path(args: &[OsString]) -> Option<PathBuf> {
     std::env::var_os("PGOUTBOX_CONFIG").map(PathBuf::from)
 }
 
-fn scalar(value: &toml::Value) -> Option<String> {
-    match value {
-        toml::Value::String(s) => Some(s.clone()),
-        toml::Value::Integer(i) => Some(i.to_string()),
-        toml::Value::Float(f) => Some(f.to_string()),
-        toml::Value::Boolean(b) => Some(b.to_string()),
-        _ => None,
+/// A key with its place. Values are not spanned: a `Spanned<toml::Value>` holding
+/// a table with a quoted key does not deserialize (toml 0.8), and the key's line is
+/// the value's line anyway.
+type Key = toml::Spanned<String>;
+type Value = toml::Value;
+
+/// The `[tables."…"]` sections, read in a second pass for their keys' places.
+#[derive(serde::Deserialize)]
+struct Sections {
+    #[serde(default)]
+    tables: BTreeMap<String, BTreeMap<Key, Value>>,
+}
+
+/// The file being resolved: its path and text, for places.
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    fn at(&self, offset: usize) -> Place {
+        Place::new(self.path, self.text, offset)
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, FileError> {
+        toml::from_str(self.text).map_err(|e: toml::de::Error| FileError::Parse {
+            at: self.at(e.span().map_or(0, |s| s.start)),
+            message: e.message().trim_end().replace('\n', "; "),
+        })
+    }
+
+    fn unknown<'v>(&self, key: &Key, valid: impl IntoIterator<Item = &'v str>) -> FileError {
+        let valid: Vec<&str> = valid.into_iter().collect();
+        let hint = match check::suggest(key.get_ref(), valid.iter().copied()) {
+            Some(close) => format!("did you mean {close:?}?"),
+            None => format!("valid keys: {}", valid.join(", ")),
+        };
+        FileError::UnknownKey {
+            at: self.at(key.span().start),
+            key: key.get_ref().clone(),
+            hint,
+        }
+    }
+
+    fn bad(&self, key: &Key, name: &str, reason: String) -> FileError {
+        FileError::BadValue {
+            at: self.at(key.span().start),
+            key: name.to_owned(),
+            reason,
+        }
     }
 }
 
 /// Parse `text` and compute the variables to export plus the table overrides.
-/// `is_set(env)` tells whether a variable is already set (then it wins).
+/// `is_set(env)` tells whether a variable is already set (then it wins). Every value
+/// is checked, also one a variable overrides: the file is wrong either way.
 pub fn resolve(
     path: &Path,
     text: &str,
     is_set: &dyn Fn(&str) -> bool,
 ) -> Result<(Vec<(String, String)>, TableOverrides), FileError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| FileError::Parse {
-            path: path.to_owned(),
-            message: e.message().to_owned(),
-        })?;
-    let keys = key_to_env();
-    let unknown = |key: &str| FileError::UnknownKey {
-        path: path.to_owned(),
-        key: key.to_owned(),
-        valid: keys.keys().cloned().collect::<Vec<_>>().join(", ") + ", tables",
-    };
+    let source = Source { path, text };
+    let top: BTreeMap<Key, Value> = source.parse()?;
+    let flags = Flags::from_cli();
     let mut exports = Vec::new();
-    let mut overrides = TableOverrides::new();
     let mut table_names: Vec<String> = Vec::new();
-    for (key, value) in &table {
-        if key == "tables" {
-            let sections = value.as_table().ok_or_else(|| unknown(key))?;
-            for (name, section) in sections {
-                let section = section.as_table().ok_or_else(|| unknown(name))?;
-                let mut o = BTreeMap::new();
-                for (k, v) in section {
-                    let k = keys_alias(k);
-                    if !TABLE_KEYS.contains(&k.as_str()) {
-                        return Err(unknown(&format!("tables.{name}.{k}")));
-                    }
-                    let v = scalar(v).ok_or_else(|| FileError::BadValue {
-                        path: path.to_owned(),
-                        key: format!("tables.{name}.{k}"),
-                    })?;
-                    o.insert(k, v);
-                }
-                table_names.push(name.clone());
-                overrides.insert(name.clone(), o);
-            }
+    for (key, value) in &top {
+        if key.get_ref() == "tables" {
             continue;
         }
-        let env = keys.get(key.as_str()).ok_or_else(|| unknown(key))?;
-        let text = match value {
-            toml::Value::Array(items) => items
-                .iter()
-                .map(scalar)
-                .collect::<Option<Vec<_>>>()
-                .map(|v| v.join(",")),
-            other => scalar(other),
-        }
-        .ok_or_else(|| FileError::BadValue {
-            path: path.to_owned(),
-            key: key.clone(),
-        })?;
-        if key == "table" {
+        let valid = flags.keys().chain(["tables"]);
+        let flag = flags
+            .get(key.get_ref())
+            .ok_or_else(|| source.unknown(key, valid))?;
+        let text = flag
+            .text(value)
+            .map_err(|reason| source.bad(key, key.get_ref(), reason))?;
+        if key.get_ref() == "table" {
             table_names.splice(0..0, text.split(',').map(str::to_owned));
-            continue;
-        }
-        if !is_set(env) {
-            exports.push((env.clone(), text));
+        } else if !is_set(&flag.env) {
+            exports.push((flag.env.clone(), text));
         }
     }
+    let overrides = table_sections(&source, &top, &mut table_names)?;
     if !table_names.is_empty() && !is_set("PGOUTBOX_TABLE") {
         table_names.dedup();
         exports.push(("PGOUTBOX_TABLE".to_owned(), table_names.join(",")));
     }
     Ok((exports, overrides))
+}
+
+/// The `[tables."schema.name"]` sections: their overrides, and their names appended
+/// to `table_names`.
+fn table_sections(
+    source: &Source<'_>,
+    top: &BTreeMap<Key, Value>,
+    table_names: &mut Vec<String>,
+) -> Result<TableOverrides, FileError> {
+    let mut overrides = TableOverrides::new();
+    if !top.keys().any(|k| k.get_ref() == "tables") {
+        return Ok(overrides);
+    }
+    let sections: Sections = source.parse()?;
+    for (name, section) in sections.tables {
+        let mut o = BTreeMap::new();
+        for (k, v) in &section {
+            let key = keys_alias(k.get_ref());
+            let full = format!("tables.{name}.{key}");
+            if !TABLE_KEYS.contains(&key.as_str()) {
+                return Err(source.unknown(k, TABLE_KEYS.iter().copied()));
+            }
+            let text = check::scalar(v).ok_or_else(|| {
+                source.bad(k, &full, "must be a string, number or boolean".to_owned())
+            })?;
+            o.insert(key, text);
+        }
+        table_names.push(name.clone());
+        overrides.insert(name, o);
+    }
+    Ok(overrides)
 }
 
 /// Debezium-style keys inside a table section map to ours
@@ -265,6 +301,42 @@ mod tests {
             overrides["public.order_outbox"]["topic_template"],
             "orders.${routedByValue}"
         );
+    }
+
+    #[test]
+    fn findings_name_the_file_line_column_and_key() {
+        let err = run("brokers = \"k:9092\"\nmax_in_flight = \"ten\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "test.toml:2:1: key \"max_in_flight\": invalid value \"ten\": invalid digit found in string"
+        );
+        // Checked even where the environment overrides it: the file is wrong.
+        assert!(run("max_in_flight = \"ten\"", &["PGOUTBOX_MAX_IN_FLIGHT"]).is_err());
+        let err = run("slot = \"s\"\nbrokers = \n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("test.toml:2:11: config file is not valid TOML: "),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
+        let err = run("\n\n  brokerz = \"x\"", &[]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "test.toml:3:3: unknown key \"brokerz\" in the config file; did you mean \"brokers\"?"
+        );
+        let err = run("[tables.\"public.o\"]\ntopic_templat = \"x\"", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("test.toml:2:1: unknown key \"topic_templat\"")
+                && err.ends_with("did you mean \"topic_template\"?"),
+            "{err}"
+        );
+        let err = run("log_format = \"jsn\"", &[]).unwrap_err().to_string();
+        assert!(err.ends_with("valid values: human, json"), "{err}");
     }
 
     #[test]
