@@ -143,6 +143,9 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
 fn tail_warns_about_a_published_table_it_does_not_show() {
     let db = PgCluster::shared().fresh_db();
     db.psql(ORDERS);
+    // The relay's publication (tail uses it as it finds it; without one, tail would
+    // read through a temporary publication of its own).
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
     let url = db.url();
     let mut tail = Pgoutbox::spawn(&["tail", "--database-url", url.as_str()]);
     tail.wait_stderr("tailing outbox", WAIT);
