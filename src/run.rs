@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Role};
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
@@ -172,12 +172,14 @@ async fn relay(
                 }
                 let delay = backoff.next();
                 if err.is_slot_in_use() {
+                    metrics.set_role(Role::Standby);
                     guard.note_standby();
                     if !standing_by {
                         tracing::info!(slot = %cfg.slot, error = %err, "slot is held by another process; standing by to take over");
                     }
                     standing_by = true;
                 } else {
+                    metrics.set_role(Role::Connecting);
                     tracing::warn!(error = %err, retry_in = ?delay, "replication session interrupted; resuming from the slot");
                     standing_by = false;
                 }

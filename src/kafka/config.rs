@@ -55,6 +55,18 @@ pub enum OptionError {
     /// A setting that would weaken delivery.
     #[error(transparent)]
     Unsafe(#[from] UnsafeOption),
+    /// A feature this build of librdkafka leaves out on purpose.
+    #[error("--kafka-option {key}={value} is not supported: {why}; fix: {fix}")]
+    Unsupported {
+        /// Option name.
+        key: String,
+        /// Value given.
+        value: String,
+        /// Why the build has no support for it.
+        why: &'static str,
+        /// What to use instead.
+        fix: &'static str,
+    },
 }
 
 /// Settings applied before user options, as (key, value).
@@ -175,6 +187,7 @@ impl KafkaOptions {
                 };
                 let (key, value) = (key.trim(), value.trim());
                 check_option(key, value)?;
+                check_supported(key, value)?;
                 options.set(key, Value::new(key, value.to_owned()));
             }
         }
@@ -289,9 +302,44 @@ fn check_option(key: &str, value: &str) -> Result<(), UnsafeOption> {
     }
 }
 
+/// Refuse what this librdkafka build leaves out, before librdkafka's own
+/// "no provider for SASL mechanism" at producer creation.
+fn check_supported(key: &str, value: &str) -> Result<(), OptionError> {
+    let gssapi =
+        matches!(key, "sasl.mechanism" | "sasl.mechanisms") && value.eq_ignore_ascii_case("GSSAPI");
+    if !gssapi {
+        return Ok(());
+    }
+    Err(OptionError::Unsupported {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        why: "pgoutbox's librdkafka is built without Kerberos (SASL/GSSAPI needs Cyrus SASL \
+              and a Kerberos installation on every host that builds or runs it, which the \
+              self-contained build leaves out)",
+        fix: "use sasl.mechanism=SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN over \
+              security.protocol=SASL_SSL, OAUTHBEARER with sasl.oauthbearer.method=oidc, or \
+              TLS client certificates (ssl.certificate.location, ssl.key.location)",
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gssapi_is_refused_with_the_alternatives() {
+        for raw in ["sasl.mechanism=GSSAPI", "sasl.mechanisms=gssapi"] {
+            let err = KafkaOptions::parse(&[raw]).unwrap_err().to_string();
+            assert!(err.contains("is not supported"), "{err}");
+            assert!(err.contains("Kerberos"), "{err}");
+            assert!(
+                err.contains("fix: use sasl.mechanism=SCRAM-SHA-512"),
+                "{err}"
+            );
+        }
+        assert!(KafkaOptions::parse(&["sasl.mechanism=OAUTHBEARER"]).is_ok());
+        assert!(KafkaOptions::parse(&["sasl.mechanism=SCRAM-SHA-256"]).is_ok());
+    }
 
     fn options(raw: &[&str]) -> KafkaOptions {
         KafkaOptions::parse(raw).unwrap()

@@ -14,14 +14,14 @@
 //! unset; every host has a port; a value that fails validation is reported with its
 //! [`Origin`], and the first failing step in that order is the one reported.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::pgpass;
 use super::raw::{split_list, Raw};
 use super::{
     ChannelBinding, ConnInfo, ConnInfoError, Host, HostAddr, Origin, SslMode, DEFAULT_HOST,
-    DEFAULT_PORT, DEFAULT_USER,
+    DEFAULT_PORT, DEFAULT_USER, SYSTEM_ROOTS,
 };
 use crate::secret::Secret;
 
@@ -55,11 +55,12 @@ pub(super) fn resolve(
     let env = Env(env);
     let (user, dbname) = user_and_dbname(raw.user, raw.dbname, env);
     let hosts = hosts(raw.host, raw.port, env)?;
-    let sslmode = sslmode(raw.sslmode, env)?;
-    let channel_binding = channel_binding(raw.channel_binding, env)?;
-    let connect_timeout = connect_timeout(raw.connect_timeout, env)?;
     let path = |value, name| env.pick(value, name).map(|(v, _)| PathBuf::from(v));
     let sslrootcert = path(raw.sslrootcert, "PGSSLROOTCERT");
+    let system_roots = sslrootcert.as_deref() == Some(Path::new(SYSTEM_ROOTS));
+    let sslmode = sslmode(raw.sslmode, env, system_roots)?;
+    let channel_binding = channel_binding(raw.channel_binding, env)?;
+    let connect_timeout = connect_timeout(raw.connect_timeout, env)?;
     let sslcert = path(raw.sslcert, "PGSSLCERT");
     let sslkey = path(raw.sslkey, "PGSSLKEY");
     let application_name = raw.application_name.or_else(|| env.var("PGAPPNAME"));
@@ -157,11 +158,24 @@ fn ports(port: Option<Vec<String>>, env: Env) -> Result<Vec<u16>, ConnInfoError>
     texts.into_iter().map(port).collect()
 }
 
-/// `sslmode` from the string, else `PGSSLMODE`, else `prefer`.
-fn sslmode(value: Option<String>, env: Env) -> Result<SslMode, ConnInfoError> {
+/// `sslmode` from the string, else `PGSSLMODE`, else `prefer` — or `verify-full`
+/// with `sslrootcert=system`, which (as in libpq 16+) refuses any weaker mode: the
+/// public CAs of the system store vouch for any host name, so only the host-name
+/// check makes them mean something.
+fn sslmode(value: Option<String>, env: Env, system_roots: bool) -> Result<SslMode, ConnInfoError> {
     let picked = env.pick(value, "PGSSLMODE");
+    let origin = picked.as_ref().map(|(_, origin)| *origin);
     let mode = checked(picked, "sslmode", SslMode::EXPECTED, SslMode::from_libpq)?;
-    Ok(mode.unwrap_or_default())
+    match (mode, origin) {
+        (None, _) if system_roots => Ok(SslMode::VerifyFull),
+        (Some(mode), Some(origin)) if system_roots && mode != SslMode::VerifyFull => {
+            Err(ConnInfoError::WeakSslModeWithSystemRoots {
+                mode: mode.as_str(),
+                origin,
+            })
+        }
+        (mode, _) => Ok(mode.unwrap_or_default()),
+    }
 }
 
 /// `channel_binding` from the string, else `PGCHANNELBINDING`, else `prefer`.
