@@ -28,9 +28,9 @@ case "${1:-start}" in
   start) ;;
   stop) action=stop ;;
   -h|--help|help) usage; exit 0 ;;
-  *) echo "quickstart: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  *) echo "quickstart: unknown argument '$1'; usage: scripts/quickstart.sh [start|stop|--help]" >&2; exit 2 ;;
 esac
-[ $# -le 1 ] || { echo "quickstart: one argument at most" >&2; usage >&2; exit 2; }
+[ $# -le 1 ] || { echo "quickstart: one argument at most; usage: scripts/quickstart.sh [start|stop|--help]" >&2; exit 2; }
 
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}

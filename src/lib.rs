@@ -16,7 +16,8 @@
 //! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`])
 //!   and poison rows with their dead letters ([`outbox::invalid`]).
 //! - [`kafka`]: producer settings and the delivery-report sink.
-//! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
+//! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/livez` `/readyz`, the
+//!   active/standby role ([`metrics::role`]).
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.

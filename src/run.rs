@@ -62,7 +62,7 @@ pub struct RunConfig {
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.
     pub max_backoff: Duration,
-    /// Where to serve /metrics, /healthz, /readyz (`None`: off).
+    /// Where to serve /metrics, /livez, /readyz (`None`: off).
     pub http_addr: Option<std::net::SocketAddr>,
     /// State file and `--accept-slot-reset`.
     pub safety: SafetyConfig,
