@@ -2,7 +2,7 @@
 //!
 //! Owns the metric names (constants below) and the shared [`Metrics`] value the
 //! pipeline, the producer callback, `run` and the HTTP endpoint use. [`role`] holds
-//! the active/standby state and what `/readyz` makes of it; [`process`] the standard
+//! the active/standby state and what `/readyz` makes of it; `process` the standard
 //! `process_*` metrics read from `/proc`.
 //!
 //! Naming follows <https://prometheus.io/docs/practices/naming/>: base units
