@@ -22,6 +22,9 @@ COPY --from=build /src/target/release/pgoutbox /usr/local/bin/pgoutbox
 # start) must outlive the container: mount a volume here.
 ENV PGOUTBOX_STATE_DIR=/var/lib/pgoutbox
 VOLUME ["/var/lib/pgoutbox"]
+# /metrics, /livez, /readyz when run with PGOUTBOX_HTTP_ADDR=0.0.0.0:10737 (the
+# default listens on the container's loopback only).
+EXPOSE 10737
 USER 10001
 ENTRYPOINT ["/usr/local/bin/pgoutbox"]
 CMD ["--help"]

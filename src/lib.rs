@@ -23,7 +23,8 @@
 //!   connector ([`outbox::connect`]).
 //! - [`kafka`]: producer settings, the delivery-report sink and what is logged of
 //!   broker trouble ([`kafka::outage`]: an outage once, then a summary a minute).
-//! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/healthz` `/readyz`.
+//! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/livez` `/readyz`, the
+//!   active/standby role ([`metrics::role`]).
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.

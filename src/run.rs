@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Role};
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::connection::PgError;
 use crate::pg::conninfo::{ConnInfo, TargetSessionAttrs};
@@ -72,7 +72,7 @@ pub struct RunConfig {
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.
     pub max_backoff: Duration,
-    /// Where to serve /metrics, /healthz, /readyz (`None`: off).
+    /// Where to serve /metrics, /livez, /readyz (`None`: off).
     pub http_addr: Option<std::net::SocketAddr>,
     /// State file and `--accept-slot-reset`.
     pub safety: SafetyConfig,
@@ -183,12 +183,14 @@ async fn relay(
                 }
                 let delay = backoff.next();
                 if err.is_slot_in_use() {
+                    metrics.set_role(Role::Standby);
                     guard.note_standby();
                     if !standing_by {
                         tracing::info!(slot = %cfg.slot, error = %crate::report::Report(&err), "slot is held by another process; standing by to take over");
                     }
                     standing_by = true;
                 } else {
+                    metrics.set_role(Role::Connecting);
                     tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "replication session interrupted; resuming from the slot");
                     standing_by = false;
                 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};
 use support::workload::{
-    current_lsn, http_get, slot_lsn, start_run, topics, write_events, Workload,
+    current_lsn, http_get, slot_lsn, spawn_run, start_run, topics, write_events, Workload,
 };
 use support::{wait_for, PgCluster, Rng, WAIT};
 
@@ -417,4 +417,100 @@ async fn metrics_show_progress_and_readiness_follows_the_broker() {
             .starts_with("HTTP/1.1 200")
             .then_some(())
     });
+}
+
+/// Regression (issue 13): `compression.type=zstd` failed with "libzstd not available
+/// at build time". Records compressed with zstd reach the broker and read back intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_compressed_records_arrive_intact() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let _relay = start_run(
+        &db,
+        &broker.addr(),
+        &["--kafka-option", "compression.type=zstd"],
+    );
+    let client = db.client().await;
+    let mut rng = Rng::new(23);
+    let mut ledger = Ledger::default();
+    write_events(
+        &client,
+        &mut rng,
+        &mut ledger,
+        &Workload {
+            types: &["zstd"],
+            keys: 3,
+            max_rows: 20,
+            rollbacks: false,
+        },
+        300,
+    )
+    .await;
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["zstd"]));
+    reader.read_until("300 zstd-compressed records", WAIT, |r| r.len() >= 300);
+    reader.settle(Duration::from_secs(1));
+    let verdict = verify(&ledger, &reader.records);
+    verdict.assert_no_loss();
+    assert_eq!(verdict.delivered, 300, "{verdict:?}");
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+    for rec in &reader.records {
+        let value = rec.value.as_deref().unwrap_or_default();
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(value).is_ok(),
+            "value not the JSON payload after zstd: {:?}",
+            String::from_utf8_lossy(value)
+        );
+    }
+}
+
+/// Regression (issue 13): a standby's `/readyz` was the same 503 "replication: down"
+/// as a broken relay. A standby is alive, ready (it can take over) and says it
+/// stands by; `pgoutbox_role` tells the two instances apart, and flips on takeover.
+#[test]
+fn a_standby_says_so_in_readyz_and_pgoutbox_role_and_takes_over() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let active = start_run(&db, &broker, &[]);
+    let active_ready = wait_for("the active relay to be ready", WAIT, || {
+        let r = http_get(&active, "/readyz");
+        r.starts_with("HTTP/1.1 200").then_some(r)
+    });
+    assert!(
+        active_ready.contains("role: active\nreplication: connected\n"),
+        "{active_ready}"
+    );
+    let standby = spawn_run(&db, &broker, &[]);
+    standby.wait_stderr("standing by", WAIT);
+    let ready = wait_for("the standby to be ready (its producer up)", WAIT, || {
+        let r = http_get(&standby, "/readyz");
+        r.starts_with("HTTP/1.1 200").then_some(r)
+    });
+    assert!(
+        ready.contains("role: standby\nreplication: standing by"),
+        "{ready}"
+    );
+    assert!(http_get(&standby, "/livez").starts_with("HTTP/1.1 200"));
+    let metrics = http_get(&standby, "/metrics");
+    for line in [
+        "pgoutbox_role{role=\"standby\"} 1",
+        "pgoutbox_role{role=\"active\"} 0",
+        "pgoutbox_replication_connected 0",
+        "pgoutbox_build_info{version=\"",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+    assert!(http_get(&active, "/metrics").contains("pgoutbox_role{role=\"active\"} 1"));
+
+    active.signal("TERM");
+    let took_over = wait_for("the standby to take over", WAIT, || {
+        let r = http_get(&standby, "/readyz");
+        r.contains("role: active\nreplication: connected")
+            .then_some(r)
+    });
+    assert!(took_over.starts_with("HTTP/1.1 200"), "{took_over}");
+    assert!(http_get(&standby, "/metrics").contains("pgoutbox_role{role=\"active\"} 1"));
 }

@@ -160,7 +160,7 @@ fn metrics_endpoint_defaults_to_loopback() {
         .iter()
         .map(|v| v.to_string_lossy().into_owned())
         .collect();
-    assert_eq!(default, ["127.0.0.1:9187"]);
+    assert_eq!(default, ["127.0.0.1:10737"]);
     let addr: SocketAddr = default[0].parse().unwrap();
     assert!(addr.ip().is_loopback());
 
@@ -207,11 +207,11 @@ fn metrics_endpoint_defaults_to_loopback() {
             }
         }
         Err(stderr) => {
-            // Port 9187 is taken on this machine (another relay?): the error still
+            // Port 10737 is taken on this machine (another relay?): the error still
             // shows which address the default is.
             eprintln!("default port busy; the relay said:\n{stderr}");
             assert!(
-                stderr.contains("cannot listen on --http-addr 127.0.0.1:9187"),
+                stderr.contains("cannot listen on --http-addr 127.0.0.1:10737"),
                 "{stderr}"
             );
         }

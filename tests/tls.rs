@@ -279,3 +279,80 @@ async fn hostaddr_connects_by_address_and_verifies_the_host_name() {
     );
     assert!(text.contains("not valid for name"), "{text}");
 }
+
+/// Regression (issue 13): `sslrootcert=system` used rustls' bundled Mozilla roots, not
+/// the operating system's store as libpq does. It now reads the OS store, whose
+/// location OpenSSL's variables override (`SSL_CERT_FILE`): a private CA installed
+/// there is trusted, another one is not, and `system` implies verify-full.
+#[test]
+fn sslrootcert_system_trusts_the_os_store_and_implies_verify_full() {
+    let pki = pki();
+    let db = pki.cluster.fresh_db();
+    let system = |host: &str| {
+        format!(
+            "postgres://postgres@{host}:{}/{}?sslrootcert=system",
+            pki.cluster.port, db.name
+        )
+    };
+    // The store is this one file; SSL_CERT_DIR is an empty directory, so whatever CAs
+    // the machine has do not count.
+    let empty = std::env::temp_dir().join(format!("pgoutbox-no-certs-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty = empty.to_str().unwrap().to_owned();
+    let trusted = pki.ca_file.to_str().unwrap();
+    let other = pki.other_ca_file.to_str().unwrap();
+    let store = |file| [("SSL_CERT_FILE", file), ("SSL_CERT_DIR", empty.as_str())];
+
+    let url = system("localhost");
+    let args = ["tail", "--database-url", &url, "--limit", "1"];
+    let mut tail = Pgoutbox::spawn_with_env(&args, &store(trusted));
+    tail.wait_stderr("tailing outbox", WAIT);
+    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('sys', '1', 'Trusted', '{}')");
+    let line = tail.take_lines(1, WAIT).remove(0);
+    assert!(line.contains("\"topic\":\"outbox.event.sys\""), "{line}");
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+
+    // verify-full is implied: the certificate names localhost, not 127.0.0.1.
+    let url = system("127.0.0.1");
+    let mut tail = Pgoutbox::spawn_with_env(&["tail", "--database-url", &url], &store(trusted));
+    assert!(!tail.wait_exit(WAIT).success());
+    assert!(
+        tail.stderr().contains("not valid for name"),
+        "{}",
+        tail.stderr()
+    );
+
+    // Another CA in the store: the server is not trusted.
+    let url = system("localhost");
+    let mut tail = Pgoutbox::spawn_with_env(&["tail", "--database-url", &url], &store(other));
+    assert!(!tail.wait_exit(WAIT).success());
+    assert!(tail.stderr().contains("UnknownIssuer"), "{}", tail.stderr());
+}
+
+#[test]
+fn sslrootcert_system_refuses_a_mode_that_skips_the_host_name() {
+    for mode in ["require", "verify-ca", "prefer"] {
+        let err = ConnInfo::parse_with_env(
+            &format!("postgres://u@localhost/db?sslmode={mode}&sslrootcert=system"),
+            &|_| None,
+        )
+        .expect_err("weak sslmode with system roots");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("sslmode={mode} (from the connection string)")),
+            "{text}"
+        );
+        assert!(text.contains("fix: use sslmode=verify-full"), "{text}");
+    }
+    let err = ConnInfo::parse_with_env("postgres://u@localhost/db?sslrootcert=system", &|k| {
+        (k == "PGSSLMODE").then(|| "prefer".to_owned())
+    })
+    .expect_err("PGSSLMODE=prefer with system roots");
+    assert!(
+        err.to_string().contains("environment variable PGSSLMODE"),
+        "{err}"
+    );
+    let info = ConnInfo::parse_with_env("postgres://u@localhost/db?sslrootcert=system", &|_| None)
+        .unwrap();
+    assert_eq!(info.sslmode, pgoutbox::pg::conninfo::SslMode::VerifyFull);
+}

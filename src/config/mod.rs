@@ -80,7 +80,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// Unparseable `--http-addr`.
-    #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:9187, or off")]
+    #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:10737, or off")]
     HttpAddr(String),
     /// A bad `--on-invalid` / `--dlq-topic`.
     #[error(transparent)]

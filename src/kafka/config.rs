@@ -57,6 +57,18 @@ pub enum OptionError {
     /// A setting that would weaken delivery.
     #[error(transparent)]
     Unsafe(#[from] UnsafeOption),
+    /// A feature this build of librdkafka leaves out on purpose.
+    #[error("--kafka-option {key}={value} is not supported: {why}; fix: {fix}")]
+    Unsupported {
+        /// Option name.
+        key: String,
+        /// Value given.
+        value: String,
+        /// Why the build has no support for it.
+        why: &'static str,
+        /// What to use instead.
+        fix: &'static str,
+    },
 }
 
 /// Settings applied before user options, as (key, value).
@@ -192,6 +204,7 @@ impl KafkaOptions {
                 };
                 let (key, value) = (key.trim(), value.trim());
                 check_option(key, value)?;
+                check_supported(key, value)?;
                 options.set(key, Value::new(key, value.to_owned()));
             }
         }
@@ -306,9 +319,62 @@ fn check_option(key: &str, value: &str) -> Result<(), UnsafeOption> {
     }
 }
 
+/// Refuse what this librdkafka build leaves out, before librdkafka's own
+/// "no provider for SASL mechanism" at producer creation.
+fn check_supported(key: &str, value: &str) -> Result<(), OptionError> {
+    let is = |v: &str| value.eq_ignore_ascii_case(v);
+    let why = match key {
+        "sasl.mechanism" | "sasl.mechanisms" if is("GSSAPI") => {
+            "pgoutbox's librdkafka is built without Kerberos (SASL/GSSAPI needs Cyrus SASL \
+             and Kerberos libraries on every host that builds or runs it, which the \
+             self-contained build leaves out)"
+        }
+        "sasl.oauthbearer.method" if is("oidc") => {
+            "pgoutbox's librdkafka is built without libcurl, which it needs to fetch OIDC \
+             tokens itself"
+        }
+        _ => return Ok(()),
+    };
+    Err(OptionError::Unsupported {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        why,
+        fix: "use sasl.mechanism=SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN over \
+              security.protocol=SASL_SSL, or TLS client certificates \
+              (security.protocol=SSL with ssl.certificate.location and ssl.key.location)",
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gssapi_and_oidc_are_refused_with_the_alternatives() {
+        for (raw, why) in [
+            ("sasl.mechanism=GSSAPI", "Kerberos"),
+            ("sasl.mechanisms=gssapi", "Kerberos"),
+            ("sasl.oauthbearer.method=OIDC", "libcurl"),
+        ] {
+            let err = KafkaOptions::parse(&[raw]).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("--kafka-option {raw} is not supported")),
+                "{err}"
+            );
+            assert!(err.contains(why), "{err}");
+            assert!(
+                err.contains("fix: use sasl.mechanism=SCRAM-SHA-512"),
+                "{err}"
+            );
+        }
+        for fine in [
+            "sasl.mechanism=SCRAM-SHA-256",
+            "sasl.mechanism=PLAIN",
+            "sasl.oauthbearer.method=default",
+        ] {
+            assert!(KafkaOptions::parse(&[fine]).is_ok(), "{fine}");
+        }
+    }
 
     fn options(raw: &[&str]) -> KafkaOptions {
         KafkaOptions::parse(raw).unwrap()

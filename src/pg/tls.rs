@@ -11,7 +11,10 @@
 //! | verify-ca    | yes       | yes                      | no                |
 //! | verify-full  | yes       | yes                      | yes               |
 //!
-//! `sslrootcert=system` uses the bundled Mozilla roots. `sslcert` + `sslkey` present a
+//! `sslrootcert=system` uses the operating system's trust store, as libpq does through
+//! OpenSSL: `SSL_CERT_FILE` / `SSL_CERT_DIR` when set, else the distribution's bundle
+//! (e.g. `/etc/ssl/certs` on Debian); it implies `sslmode=verify-full`
+//! ([`conninfo`](crate::pg::conninfo) refuses a weaker mode). `sslcert` + `sslkey` present a
 //! client certificate (for `cert` authentication or `clientcert=verify-full` in
 //! pg_hba.conf); one without the other is an error, not a silent "no client cert".
 //! After the handshake, the server's leaf certificate gives the SCRAM channel-binding
@@ -29,6 +32,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
@@ -38,7 +42,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::pg::channel_binding::TlsBinding;
-use crate::pg::conninfo::{ConnInfo, SslMode, SslNegotiation};
+use crate::pg::conninfo::{ConnInfo, SslMode, SslNegotiation, SYSTEM_ROOTS};
 
 /// Why a TLS configuration or handshake failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +65,9 @@ pub enum TlsError {
         path: PathBuf,
         expected: &'static str,
     },
+    /// `sslrootcert=system` and the operating system's trust store had no usable root.
+    #[error("sslrootcert=system found no CA certificate in the system trust store{}; fix: install the CA bundle (Debian: apt-get install ca-certificates), set SSL_CERT_FILE or SSL_CERT_DIR, or point sslrootcert at a CA file", system_store_errors(.errors))]
+    NoSystemRoots { errors: Vec<String> },
     /// verify-ca / verify-full without a root certificate.
     #[error("sslmode={mode} needs a root certificate; fix: set sslrootcert=/path/to/ca.crt (or sslrootcert=system) in the connection string or PGSSLROOTCERT")]
     NoRootCert { mode: &'static str },
@@ -102,6 +109,15 @@ impl TlsError {
             TlsError::Session { error, .. } => Some(error),
             _ => None,
         }
+    }
+}
+
+/// What went wrong reading the system trust store, for [`TlsError::NoSystemRoots`].
+fn system_store_errors(errors: &[String]) -> String {
+    if errors.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", errors.join("; "))
     }
 }
 
@@ -279,9 +295,8 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
 
 fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let mut store = RootCertStore::empty();
-    if path.as_os_str() == "system" {
-        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        return Ok(store);
+    if path.as_os_str() == SYSTEM_ROOTS {
+        return system_roots();
     }
     let (added, _ignored) = store.add_parsable_certificates(load_certs_as("sslrootcert", path)?);
     if added == 0 {
@@ -290,6 +305,20 @@ fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
             path: path.to_owned(),
             expected: "certificate",
         });
+    }
+    Ok(store)
+}
+
+/// The operating system's trust store (`SSL_CERT_FILE` / `SSL_CERT_DIR`, else the
+/// platform's bundle). Unparsable entries are skipped, as OpenSSL does; an empty
+/// result is an error naming what failed.
+fn system_roots() -> Result<RootCertStore, TlsError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut store = RootCertStore::empty();
+    let (added, _ignored) = store.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let errors = found.errors.iter().map(ToString::to_string).collect();
+        return Err(TlsError::NoSystemRoots { errors });
     }
     Ok(store)
 }
@@ -303,7 +332,7 @@ fn load_certs_as(
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read(what, path)?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .filter_map(Result::ok)
         .collect();
     if certs.is_empty() {
@@ -318,9 +347,8 @@ fn load_certs_as(
 
 fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let pem = read("sslkey", path)?;
-    rustls_pemfile::private_key(&mut pem.as_slice())
+    PrivateKeyDer::from_pem_slice(&pem)
         .ok()
-        .flatten()
         .ok_or_else(|| TlsError::NoPem {
             what: "sslkey",
             path: path.to_owned(),

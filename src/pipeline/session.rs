@@ -21,7 +21,7 @@ use super::progress::{self, PROGRESS_INTERVAL};
 use super::relay::Relay;
 use super::{PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, KafkaSink};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Role};
 use crate::pg::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::protocol::ReplicationMessage;
@@ -75,6 +75,7 @@ impl<'a> Session<'a> {
         checkpoint: Checkpoint,
     ) -> Self {
         metrics.set_replication_connected(true);
+        metrics.set_role(Role::Active);
         Self {
             cfg,
             relay: Relay::new(cfg, generation, metrics.clone()),

@@ -416,3 +416,101 @@ fn compose_relay_restarts_are_capped_so_a_poison_row_does_not_crash_loop() {
         "restart: {policy}: a poison row would be retried {retries} times"
     );
 }
+
+/// The relay's metrics are reachable from outside its container: it listens on every
+/// interface of the container, on the port it publishes.
+#[test]
+fn compose_relay_metrics_are_reachable_from_outside_the_container() {
+    let compose = compose();
+    let relay = service(&compose, "pgoutbox");
+    let addr: std::net::SocketAddr = environment(relay)
+        .get("PGOUTBOX_HTTP_ADDR")
+        .expect("PGOUTBOX_HTTP_ADDR is set: the default (loopback) is unreachable from outside")
+        .parse()
+        .expect("an ip:port");
+    assert!(
+        addr.ip().is_unspecified(),
+        "{addr}: listen on every interface"
+    );
+    let default: std::net::SocketAddr = cli_default("run", "PGOUTBOX_HTTP_ADDR").parse().unwrap();
+    assert_eq!(addr.port(), default.port(), "the relay's default port");
+    let published: Vec<String> = relay
+        .get("ports")
+        .and_then(Value::as_sequence)
+        .expect("ports published")
+        .iter()
+        .map(scalar)
+        .collect();
+    assert!(
+        published
+            .iter()
+            .any(|p| p.ends_with(&format!(":{}", addr.port()))),
+        "container port {} published: {published:?}",
+        addr.port()
+    );
+}
+
+/// The healthcheck runs in the runtime image (bash, no curl) and follows `/readyz`:
+/// run it, on this machine, against the relay's real endpoint.
+#[tokio::test]
+async fn compose_relay_healthcheck_follows_readyz() {
+    use pgoutbox::metrics::{Metrics, Role};
+    let compose = compose();
+    let relay = service(&compose, "pgoutbox");
+    let test: Vec<String> = relay["healthcheck"]["test"]
+        .as_sequence()
+        .expect("healthcheck test in exec form")
+        .iter()
+        .map(scalar)
+        .collect();
+    assert_eq!(test[0], "CMD");
+    let port = environment(relay)["PGOUTBOX_HTTP_ADDR"]
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    let metrics = std::sync::Arc::new(Metrics::default());
+    let token = tokio_util::sync::CancellationToken::new();
+    let mut tasks = pgoutbox::task::Tasks::new();
+    let local = pgoutbox::http::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        metrics.clone(),
+        token.clone(),
+        &mut tasks,
+    )
+    .await
+    .unwrap();
+    // The same command, pointed at this test's endpoint.
+    let words: Vec<String> = test[1..]
+        .iter()
+        .map(|w| {
+            w.replace(
+                &format!("/127.0.0.1/{port}"),
+                &format!("/127.0.0.1/{}", local.port()),
+            )
+        })
+        .collect();
+    assert_ne!(words, test[1..], "the command names 127.0.0.1:{port}");
+    let healthy = || async {
+        let words = words.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(&words[0])
+                .args(&words[1..])
+                .status()
+                .expect("run the healthcheck")
+                .success()
+        })
+        .await
+        .unwrap()
+    };
+    assert!(!healthy().await, "connecting: unhealthy");
+    metrics.set_producer_connected(true);
+    metrics.set_role(Role::Standby);
+    assert!(healthy().await, "a standby able to take over is healthy");
+    metrics.set_role(Role::Active);
+    assert!(!healthy().await, "active without replication: unhealthy");
+    metrics.set_replication_connected(true);
+    assert!(healthy().await, "active and connected: healthy");
+    token.cancel();
+    tasks.join(std::time::Duration::from_secs(30)).await;
+}

@@ -14,6 +14,8 @@
 //! - [`compose`]: `docker-compose.yml` (parsed with `serde_yaml_ng`);
 //! - [`dockerfile`]: the `Dockerfile` (parsed with `parse-dockerfile`);
 //! - [`dockerignore`]: the `.dockerignore` matcher (patterns compiled with `globset`);
+//! - [`kubernetes`]: `deploy/kubernetes/` (kustomize base; schemas checked with the
+//!   `kubernetes-validate` PyPI package, PromQL parsed with `promql-parser`);
 //! - [`systemd`]: `deploy/pgoutbox.service` (parsed with `systemd-unit-edit`) and
 //!   `deploy/pgoutbox.env.example` (a small hand parser: systemd's environment-file
 //!   rules are not dotenv's);
@@ -24,6 +26,7 @@
 mod compose;
 mod dockerfile;
 mod dockerignore;
+mod kubernetes;
 mod names;
 mod systemd;
 

@@ -34,6 +34,8 @@ fn every_pgoutbox_name_is_a_cli_env_twin() {
         "Dockerfile",
         "deploy/pgoutbox.service",
         "deploy/pgoutbox.env.example",
+        "deploy/kubernetes/configmap.yaml",
+        "deploy/kubernetes/statefulset.yaml",
         "README.md",
     ] {
         for name in pgoutbox_names(&read(file)) {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use pgoutbox::pg::replication::ReplicationClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -159,7 +160,7 @@ impl Terminator {
         let acceptor = tokio_rustls::TlsAcceptor::from(cert.server_config());
         let mut roots = rustls::RootCertStore::empty();
         let pem = std::fs::read(server_ca).unwrap();
-        for ca in rustls_pemfile::certs(&mut pem.as_slice()) {
+        for ca in CertificateDer::pem_slice_iter(&pem) {
             roots.add(ca.unwrap()).unwrap();
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());

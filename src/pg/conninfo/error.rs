@@ -75,6 +75,17 @@ pub enum ConnInfoError {
         /// The `sslmode` in effect.
         sslmode: &'static str,
     },
+    /// `sslrootcert=system` with an `sslmode` that does not check the host name.
+    #[error(
+        "sslmode={mode} (from {origin}) cannot be used with sslrootcert=system; \
+         fix: use sslmode=verify-full (the default with sslrootcert=system), or name a private CA file in sslrootcert"
+    )]
+    WeakSslModeWithSystemRoots {
+        /// The weaker mode that was given.
+        mode: &'static str,
+        /// Where it was given.
+        origin: Origin,
+    },
     /// The port list fits neither "one port for all hosts" nor "one port per host".
     #[error("could not match {ports} port numbers to {hosts} hosts; fix: give one port for all hosts, or one per host (an empty entry means 5432)")]
     PortCountMismatch {

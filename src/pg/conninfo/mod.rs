@@ -114,6 +114,9 @@ pub const KEYWORDS: &[&str] = &[
 ];
 
 /// A fully resolved description of a PostgreSQL connection.
+/// The `sslrootcert` value that means "the operating system's trust store" (libpq 16+).
+pub const SYSTEM_ROOTS: &str = "system";
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
     /// The servers to try, in order; never empty after parsing.

@@ -16,7 +16,7 @@
 //! unset; every host has a port; a value that fails validation is reported with its
 //! [`Origin`], and the first failing step in that order is the one reported.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::hosts::hosts;
@@ -25,7 +25,7 @@ use super::pgpass;
 use super::raw::Raw;
 use super::{
     ChannelBinding, ConnInfo, ConnInfoError, LoadBalanceHosts, Origin, SslMode, SslNegotiation,
-    TargetSessionAttrs, DEFAULT_USER,
+    TargetSessionAttrs, DEFAULT_USER, SYSTEM_ROOTS,
 };
 use crate::secret::Secret;
 
@@ -59,14 +59,10 @@ pub(super) fn resolve(
     let keepalives = keepalives(&raw)?;
     let (user, dbname) = user_and_dbname(raw.user, raw.dbname, env);
     let mut hosts = hosts(raw.host, raw.hostaddr, raw.port, env)?;
-    let sslmode = choice(
-        raw.sslmode,
-        env,
-        "PGSSLMODE",
-        "sslmode",
-        SslMode::EXPECTED,
-        SslMode::from_libpq,
-    )?;
+    let path = |value, name| env.pick(value, name).map(|(v, _)| PathBuf::from(v));
+    let sslrootcert = path(raw.sslrootcert, "PGSSLROOTCERT");
+    let system_roots = sslrootcert.as_deref() == Some(Path::new(SYSTEM_ROOTS));
+    let sslmode = sslmode(raw.sslmode, env, system_roots)?;
     let channel_binding = choice(
         raw.channel_binding,
         env,
@@ -93,8 +89,6 @@ pub(super) fn resolve(
         LoadBalanceHosts::EXPECTED,
         LoadBalanceHosts::from_libpq,
     )?;
-    let path = |value, name| env.pick(value, name).map(|(v, _)| PathBuf::from(v));
-    let sslrootcert = path(raw.sslrootcert, "PGSSLROOTCERT");
     let sslcert = path(raw.sslcert, "PGSSLCERT");
     let sslkey = path(raw.sslkey, "PGSSLKEY");
     let application_name = raw.application_name.or_else(|| env.var("PGAPPNAME"));
@@ -199,6 +193,26 @@ fn keepalives(raw: &Raw) -> Result<Keepalives, ConnInfoError> {
         interval: seconds(&raw.keepalives_interval, "keepalives_interval")?,
         count: number(&raw.keepalives_count, "keepalives_count")?,
     })
+}
+
+/// `sslmode` from the string, else `PGSSLMODE`, else `prefer` — or `verify-full`
+/// with `sslrootcert=system`, which (as in libpq 16+) refuses any weaker mode: the
+/// public CAs of the system store vouch for any host name, so only the host-name
+/// check makes them mean something.
+fn sslmode(value: Option<String>, env: Env, system_roots: bool) -> Result<SslMode, ConnInfoError> {
+    let picked = env.pick(value, "PGSSLMODE");
+    let origin = picked.as_ref().map(|(_, origin)| *origin);
+    let mode = checked(picked, "sslmode", SslMode::EXPECTED, SslMode::from_libpq)?;
+    match (mode, origin) {
+        (None, _) if system_roots => Ok(SslMode::VerifyFull),
+        (Some(mode), Some(origin)) if system_roots && mode != SslMode::VerifyFull => {
+            Err(ConnInfoError::WeakSslModeWithSystemRoots {
+                mode: mode.as_str(),
+                origin,
+            })
+        }
+        (mode, _) => Ok(mode.unwrap_or_default()),
+    }
 }
 
 fn secs(n: u32) -> Duration {

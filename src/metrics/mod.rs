@@ -1,12 +1,20 @@
 //! Process metrics and readiness, rendered in the Prometheus text format.
 //!
-//! Owns the metric names (constants below; the outbox ones are the seeds' names so
-//! existing dashboards keep working) and the shared [`Metrics`] value the pipeline,
-//! the producer callback and the HTTP endpoint use. Invariants: updates are lock-free
-//! except per-topic counters (one short mutex, no allocation after a topic's first
-//! record); rendering never blocks updates for long; readiness is true only while
-//! both the replication stream and the Kafka producer are connected and no stall
-//! (`--stall-timeout`) was detected since the last ack.
+//! Owns the metric names (constants below) and the shared [`Metrics`] value the
+//! pipeline, the producer callback, `run` and the HTTP endpoint use. [`role`] holds
+//! the active/standby state and what `/readyz` makes of it; `process` the standard
+//! `process_*` metrics read from `/proc`.
+//!
+//! Naming follows <https://prometheus.io/docs/practices/naming/>: base units
+//! (`_seconds`, `_bytes`), `_total` on counters only, one state per series for enums
+//! (`pgoutbox_role{role}`), `_info` for a constant 1 carrying labels. Everything is
+//! prefixed `pgoutbox_` except the three `outbox_*` record metrics, which keep the
+//! names of the original outbox relays (Debezium-era dashboards and alerts use them).
+//!
+//! Invariants: updates are lock-free except per-topic counters (one short mutex, no
+//! allocation after a topic's first record) and a stall's reason; rendering never
+//! blocks updates for long; an active relay is not ready while a stall
+//! (`--stall-timeout`) detected since the last ack lasts.
 //!
 //! Lag, one definition for `/metrics` and `pgoutbox status`: the server's WAL
 //! position minus the slot's `confirmed_flush_lsn`. `status` reads both in one
@@ -14,13 +22,19 @@
 //! reported (in every XLogData and keepalive message) minus the LSN it last
 //! confirmed to the server, refreshed at each status tick (100 ms).
 
+mod process;
+pub mod role;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use crate::outbox::invalid::{Action, Cause};
 use crate::outbox::trace::Outcome;
+
+use role::Health;
+pub use role::Role;
 
 /// Column order of the invalid-row counters.
 const ACTIONS: [Action; 4] = Action::ALL;
@@ -58,6 +72,10 @@ pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
 pub const STALLS: &str = "pgoutbox_stalls_total";
 /// librdkafka client errors and warnings, logged or not (an outage logs few lines).
 pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
+/// One series per [`Role`], 1 for the current one.
+pub const ROLE: &str = "pgoutbox_role";
+/// Constant 1, labelled with the version and the librdkafka version.
+pub const BUILD_INFO: &str = "pgoutbox_build_info";
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -90,6 +108,8 @@ pub struct Metrics {
     /// Set from a stall until the next ack; `stall` holds why, for `/readyz`.
     stalled: AtomicBool,
     stall: Mutex<String>,
+    /// A [`Role`] as its number.
+    role: AtomicU8,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -196,34 +216,38 @@ impl Metrics {
         }
     }
 
-    /// Both connections are up and no stall since the last ack.
-    pub fn ready(&self) -> bool {
-        self.replication_connected.load(Ordering::Relaxed)
-            && self.producer_connected.load(Ordering::Relaxed)
-            && !self.stalled.load(Ordering::Relaxed)
+    /// What the relay does with the slot now.
+    pub fn set_role(&self, role: Role) {
+        self.role.store(role as u8, Ordering::Relaxed);
     }
 
-    /// Why not ready, for the `/readyz` body.
+    /// The current role.
+    pub fn role(&self) -> Role {
+        Role::from_u8(self.role.load(Ordering::Relaxed))
+    }
+
+    fn health(&self) -> Health {
+        let stalled = self
+            .stalled
+            .load(Ordering::Relaxed)
+            .then(|| self.stall.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        Health {
+            role: self.role(),
+            replication: self.replication_connected.load(Ordering::Relaxed),
+            producer: self.producer_connected.load(Ordering::Relaxed),
+            stalled,
+        }
+    }
+
+    /// Whether the instance does its part: active with both connections up, or a
+    /// standby whose producer is up (see [`role`]).
+    pub fn ready(&self) -> bool {
+        self.health().ready()
+    }
+
+    /// The role and each connection's state, for the `/readyz` body.
     pub fn readiness(&self) -> String {
-        let stall = if self.stalled.load(Ordering::Relaxed) {
-            let why = self.stall.lock().unwrap_or_else(|e| e.into_inner());
-            format!("stalled: {why}\n")
-        } else {
-            String::new()
-        };
-        format!(
-            "replication: {}\nproducer: {}\n{stall}",
-            if self.replication_connected.load(Ordering::Relaxed) {
-                "connected"
-            } else {
-                "down"
-            },
-            if self.producer_connected.load(Ordering::Relaxed) {
-                "connected"
-            } else {
-                "down"
-            },
-        )
+        self.health().body()
     }
 
     /// The Prometheus text exposition.
@@ -377,7 +401,33 @@ impl Metrics {
             "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
             self.stalls.load(Ordering::Relaxed),
         );
+        self.render_identity(&mut out);
+        process::Sample::read().render(&mut out);
         out
+    }
+
+    /// The role gauge and the build information.
+    fn render_identity(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP {ROLE} 1 for what this relay does with the slot: active (streams), standby (waits for the slot held by another process) or connecting.\n# TYPE {ROLE} gauge"
+        );
+        let current = self.role();
+        for role in Role::ALL {
+            let _ = writeln!(
+                out,
+                "{ROLE}{{role=\"{}\"}} {}",
+                role.name(),
+                u8::from(role == current)
+            );
+        }
+        let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+        let _ = writeln!(
+            out,
+            "# HELP {BUILD_INFO} Version of pgoutbox and of the librdkafka it is built with.\n# TYPE {BUILD_INFO} gauge\n{BUILD_INFO}{{version=\"{}\",librdkafka=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            escape(&librdkafka)
+        );
     }
 }
 
@@ -432,12 +482,15 @@ mod tests {
         assert!(!m.ready());
         m.set_replication_connected(true);
         m.set_producer_connected(true);
+        assert!(!m.ready(), "connected but not yet active");
+        m.set_role(Role::Active);
         assert!(m.ready());
     }
 
     #[test]
     fn a_stall_is_not_ready_until_the_next_ack_and_is_counted() {
         let m = Metrics::default();
+        m.set_role(Role::Active);
         m.set_replication_connected(true);
         m.set_producer_connected(true);
         m.set_oldest_in_flight_age(std::time::Duration::from_millis(61_500));
@@ -445,7 +498,7 @@ mod tests {
         assert!(!m.ready());
         assert_eq!(
             m.readiness(),
-            "replication: connected\nproducer: connected\nstalled: no kafka ack for 61s\n"
+            "role: active\nreplication: connected\nproducer: connected\nstalled: no kafka ack for 61s\n"
         );
         let text = m.render();
         assert!(text.contains("pgoutbox_stalls_total 1\n"), "{text}");
@@ -460,5 +513,58 @@ mod tests {
             m.render().contains("pgoutbox_stalls_total 1\n"),
             "a counter"
         );
+    }
+
+    #[test]
+    fn renders_role_build_info_and_process() {
+        let m = Metrics::default();
+        m.set_role(Role::Standby);
+        let text = m.render();
+        assert!(
+            text.contains("pgoutbox_role{role=\"standby\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pgoutbox_role{role=\"active\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pgoutbox_role{role=\"connecting\"} 0\n"),
+            "{text}"
+        );
+        let info = format!(
+            "pgoutbox_build_info{{version=\"{}\",librdkafka=\"2.",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&info), "{text}");
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+    }
+
+    /// Every sample line belongs to a family declared by `# TYPE` before it, and no
+    /// family is declared twice (what a Prometheus parser insists on).
+    #[test]
+    fn exposition_declares_each_family_once_before_its_samples() {
+        let m = Metrics::default();
+        m.published("t");
+        m.observe_latency_micros(10);
+        let text = m.render();
+        let mut declared = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or_default();
+                assert!(declared.insert(name.to_owned()), "{name} declared twice");
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap_or_default();
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| declared.contains(*f)))
+                    .unwrap_or(name);
+                assert!(
+                    declared.contains(family),
+                    "sample {line:?} before its # TYPE"
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,136 @@
+//! The relay's role, and the readiness `/readyz` derives from it.
+//!
+//! Several `pgoutbox run` on one slot form an active/standby group: PostgreSQL lets
+//! one walsender hold a slot, so one relay streams (`active`) and the others wait
+//! for it (`standby`) and take over when it goes away. A relay that is neither is
+//! `connecting` (starting, or reconnecting after an error).
+//!
+//! Readiness means "this instance does its part": an active relay whose replication
+//! stream and producer are both up, or a standby whose producer is up (it can take
+//! over at once; that it was told "slot in use" proves PostgreSQL answers). A
+//! standby is ready on purpose: Kubernetes rolls a Deployment out only as new pods
+//! become Ready, and a PodDisruptionBudget counts Ready pods — a standby reported
+//! unready would stall every rollout (the new pods stand by while the old one holds
+//! the slot) and block every node drain. Which instance is active is in the body
+//! and in the `pgoutbox_role` gauge, not in the status code.
+
+/// What this relay is doing with the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    /// Starting, or reconnecting after an error.
+    Connecting = 0,
+    /// Streaming from the slot.
+    Active = 1,
+    /// Another process holds the slot; waiting to take over.
+    Standby = 2,
+}
+
+impl Role {
+    /// Every role, in the order of the gauge's series.
+    pub const ALL: [Role; 3] = [Role::Active, Role::Standby, Role::Connecting];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Connecting => "connecting",
+            Role::Active => "active",
+            Role::Standby => "standby",
+        }
+    }
+
+    pub(super) fn from_u8(v: u8) -> Role {
+        match v {
+            1 => Role::Active,
+            2 => Role::Standby,
+            _ => Role::Connecting,
+        }
+    }
+}
+
+/// The connections `/readyz` reports on.
+#[derive(Clone, Debug)]
+pub(super) struct Health {
+    pub(super) role: Role,
+    pub(super) replication: bool,
+    pub(super) producer: bool,
+    /// Why the oldest in-flight record is stalled (`--stall-timeout`), until the
+    /// next ack: an active relay is not ready meanwhile.
+    pub(super) stalled: Option<String>,
+}
+
+impl Health {
+    /// Whether the instance does its part (see the module doc).
+    pub(super) fn ready(&self) -> bool {
+        match self.role {
+            Role::Active => self.replication && self.producer && self.stalled.is_none(),
+            Role::Standby => self.producer,
+            Role::Connecting => false,
+        }
+    }
+
+    /// The `/readyz` body: the role, then one line per connection.
+    pub(super) fn body(&self) -> String {
+        let up = |ok: bool| if ok { "connected" } else { "down" };
+        let replication = match self.role {
+            Role::Standby => "standing by: the slot is held by another process",
+            _ => up(self.replication),
+        };
+        let stall = match &self.stalled {
+            Some(why) => format!("stalled: {why}\n"),
+            None => String::new(),
+        };
+        format!(
+            "role: {}\nreplication: {replication}\nproducer: {}\n{stall}",
+            self.role.name(),
+            up(self.producer)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(role: Role, replication: bool, producer: bool) -> Health {
+        Health {
+            role,
+            replication,
+            producer,
+            stalled: None,
+        }
+    }
+
+    #[test]
+    fn a_standby_is_ready_and_says_so_a_broken_relay_is_not() {
+        let standby = health(Role::Standby, false, true);
+        assert!(standby.ready());
+        assert_eq!(
+            standby.body(),
+            "role: standby\nreplication: standing by: the slot is held by another process\nproducer: connected\n"
+        );
+        let broken = health(Role::Connecting, false, true);
+        assert!(!broken.ready());
+        assert_eq!(
+            broken.body(),
+            "role: connecting\nreplication: down\nproducer: connected\n"
+        );
+        assert!(!health(Role::Standby, false, false).ready());
+        assert!(!health(Role::Active, true, false).ready());
+        assert!(!health(Role::Active, false, true).ready());
+        assert!(health(Role::Active, true, true).ready());
+        let stalled = Health {
+            stalled: Some("no kafka ack for 61s".into()),
+            ..health(Role::Active, true, true)
+        };
+        assert!(!stalled.ready());
+        assert!(stalled.body().ends_with("stalled: no kafka ack for 61s\n"));
+    }
+
+    #[test]
+    fn roles_round_trip_through_their_number() {
+        for role in Role::ALL {
+            assert_eq!(Role::from_u8(role as u8), role);
+        }
+    }
+}
