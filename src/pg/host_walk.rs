@@ -27,7 +27,6 @@
 //! resolver's order).
 //! See <https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-MULTIPLE-HOSTS>.
 
-use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
@@ -40,8 +39,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) trait HostAttempt {
     /// The connected session.
     type Conn;
-    /// What connecting can fail with.
-    type Error: fmt::Display;
+    /// What connecting can fail with (reported with its whole cause chain).
+    type Error: std::error::Error + 'static;
 
     /// Connect and authenticate to the one host of `single`.
     async fn connect(&self, single: &ConnInfo) -> Result<Self::Conn, Self::Error>;
@@ -154,7 +153,7 @@ pub(crate) async fn walk<A: HostAttempt>(
                 Err(Tried::Definite(err)) => return Err(WalkError::Host(err)),
                 Err(Tried::Failed(err)) => {
                     let transient = attempt.is_transient(&err);
-                    failures.push(failure(addr, err.to_string(), false, transient));
+                    failures.push(failure(addr, crate::report::render(&err), false, transient));
                     last_error = Some(err);
                 }
                 Err(Tried::Refused(reason)) => failures.push(failure(addr, reason, true, true)),
@@ -296,11 +295,13 @@ mod tests {
     #[derive(Debug)]
     struct FakeError(String, bool);
 
-    impl fmt::Display for FakeError {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    impl std::fmt::Display for FakeError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str(&self.0)
         }
     }
+
+    impl std::error::Error for FakeError {}
 
     fn name(info: &ConnInfo) -> String {
         match &info.hosts[0].host {
