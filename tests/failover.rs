@@ -11,9 +11,9 @@
 //!   committed events that exist on the new primary: asynchronous replication may
 //!   lose the last commits of the old one, and those never happened.
 //!
-//! The logical slot is created by the test with `failover = true` before the relay
-//! starts (`pg_create_logical_replication_slot(…, failover => true)`); the relay
-//! itself does not create failover slots yet.
+//! The relay creates its logical slot itself, with `failover` (its default on
+//! PostgreSQL 17+); the test checks that and waits until the slot is synchronized to
+//! the standby before the fault.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -186,10 +186,6 @@ fn insert_marker(pair: &Pair, db: &str) -> String {
 fn relay_resumes_on_the_promoted_standby() {
     let pair = Pair::start();
     let db = pair.primary.fresh_db();
-    db.psql(&format!(
-        "SELECT pg_create_logical_replication_slot('{}', 'pgoutput', false, false, true)",
-        db.name
-    ));
     let url = pair.url(&db.name, "read-write");
     let broker = Broker::shared().addr();
     let relay = start_relay(&run_args_via(&db, &url, &broker, &[]));
@@ -211,6 +207,15 @@ fn relay_resumes_on_the_promoted_standby() {
         read_all(&mut reader, &before, WAIT * 2),
         "events before the failover: {}",
         log_tail(&relay)
+    );
+    // The relay created its slot itself, as a failover slot (PostgreSQL 17+).
+    assert_eq!(
+        db.psql(&format!(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = '{}'",
+            db.name
+        )),
+        "t",
+        "the relay creates its slot with failover on PostgreSQL 17+"
     );
     pair.wait_slot_synced(&db.name);
     // More load with the slot synced, then the fault mid-stream.
