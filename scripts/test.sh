@@ -18,9 +18,10 @@ fi
 scripts/install-tansu.sh >/dev/null
 # The Kubernetes manifests are validated offline against the JSON schemas shipped by
 # this PyPI package (tests/packaging/kubernetes.rs).
+# Pinned: its schemas decide what the tests accept.
 if ! command -v kubernetes-validate >/dev/null; then
-  python3 -m pip install --quiet kubernetes-validate 2>/dev/null \
-    || python3 -m pip install --quiet --break-system-packages kubernetes-validate
+  python3 -m pip install --quiet kubernetes-validate==1.37.0 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages kubernetes-validate==1.37.0
 fi
 # --no-fail-fast: the unit tests and the integration binary both run even when
 # one of them fails, so one run shows every failure.
