@@ -143,6 +143,35 @@ pub struct ManArgs {
     pub out_dir: Option<std::path::PathBuf>,
 }
 
+/// How `run` finds new outbox events (`--source`). Shared by the subcommands that
+/// behave differently per mode (`run`, `setup`, `check`, `cleanup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum SourceKind {
+    /// Logical replication (pgoutput): committed inserts read from the WAL through a
+    /// replication slot, in commit order. Needs wal_level=logical and REPLICATION.
+    #[default]
+    Logical,
+    /// Polling: claim unpublished rows with SELECT … FOR UPDATE SKIP LOCKED, mark them
+    /// published after Kafka acked. For servers without logical replication.
+    Poll,
+}
+
+/// `--source`, flattened into the subcommands that know both modes.
+#[derive(Debug, Clone, Args)]
+pub struct SourceKindArg {
+    /// Where events come from: `logical` (replication slot, commit order) or `poll`
+    /// (SELECT … FOR UPDATE SKIP LOCKED on the outbox table, for servers where
+    /// wal_level=logical or the REPLICATION privilege is out of reach).
+    #[arg(
+        long = "source",
+        env = "PGOUTBOX_SOURCE",
+        value_enum,
+        default_value_t = SourceKind::Logical,
+        value_name = "KIND"
+    )]
+    pub kind: SourceKind,
+}
+
 /// Where the outbox lives.
 #[derive(Debug, Clone, Args)]
 pub struct SourceArgs {
