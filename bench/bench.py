@@ -767,7 +767,7 @@ def main():
         error = error or f"table: {type(e).__name__}: {e}"
     pressure = b.pressure.summary()
     print_table(table, pressure, header)
-    print("latency notes: pgoutbox p50/p99 are its histogram's bucket upper bounds (≤ 19 % above the true value); "
+    print("latency notes: pgoutbox p50/p99 are its histogram's bucket upper bounds (≤ 3.2 % above the true value); "
           "the floor is pg_recvlogical with test_decoding (include-timestamp), lines timestamped on arrival by "
           "bench.py; the polling relay measures delivery report − created_at.")
     path = o.json or os.path.join(ROOT, "bench", "results", f"{started:%Y%m%dT%H%M%SZ}.json")
