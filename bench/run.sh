@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # pgoutbox benchmark harness (reported figures; never a pass/fail test).
 #
-#   bench/run.sh [all] [--json PATH] [--rate N]   every figure of issue 6, one invocation
+#   bench/run.sh [all] [--json PATH] [--rates R]  every figure of issues 6 and 16, one invocation
 #   bench/run.sh backlog [ROWS] [TXN_SIZES]       backlog drains only (default 200000 "1 10 100")
-#   bench/run.sh live [RATE] [SECONDS]            live latency only (default rate: 50 % of the
-#                                                 pgbench insert capacity measured in the run)
+#   bench/run.sh live [RATES] [SECONDS]           the live table only: one-row backlog, idle relay,
+#                                                 then each rate (default "1000 5000 10000"/s)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),
@@ -16,7 +16,9 @@
 #
 # Tunables (env or flag): BENCH_ROWS/--rows (200000), BENCH_REPS/--reps (3),
 # BENCH_TXN_SIZES/--txn-sizes ("1 10 100"), BENCH_LIVE_SECONDS/--live-seconds (15),
-# BENCH_MEM_ROWS/--mem-rows (1000000), BENCH_MEM_TXN/--mem-txn (1).
+# BENCH_MEM_ROWS/--mem-rows (1000000), BENCH_MEM_TXN/--mem-txn (1), BENCH_RATES/--rates
+# ("1000 5000 10000"), BENCH_IDLE_SECONDS/--idle-seconds (30); --before PATH compares the
+# live rows with an earlier results JSON (p50 change, relay CPU per event).
 # The machine should be otherwise idle: the pressure lines show when it was not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
