@@ -843,10 +843,8 @@ def main():
         o.rates = o.args[0] if o.args else o.rates
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
     o.rates = str(o.rate) if o.rate else o.rates
-    try:
-        rates = [int(x) for x in o.rates.replace(",", " ").split()]
-        assert rates and min(rates) > 0
-    except (ValueError, AssertionError):
+    rates = [int(x) for x in o.rates.replace(",", " ").split() if x.isdigit() and int(x) > 0]
+    if not rates or len(rates) != len(o.rates.replace(",", " ").split()):
         ap.error(f"--rates {o.rates!r}: expected positive whole rates per second, e.g. --rates '1000 5000 10000'")
     before = None
     if o.before:
@@ -892,7 +890,9 @@ def main():
     print_table(table, pressure, header)
     print("latency notes: pgoutbox p50/p99 are its histogram's bucket upper bounds (≤ 3.2 % above the true value); "
           "the floor is pg_recvlogical with test_decoding (include-timestamp), lines timestamped on arrival by "
-          "bench.py; the polling relay measures delivery report − created_at.")
+          "bench.py; the polling relay measures delivery report − created_at. CPU figures are scheduler run "
+          "time (/proc/PID/task/*/schedstat: utime+stime without tick rounding); walsender = the slot's "
+          "active_pid; live CPU per event spans the whole phase, idle gaps between events included.")
     path = o.json or os.path.join(ROOT, "bench", "results", f"{started:%Y%m%dT%H%M%SZ}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
