@@ -82,6 +82,20 @@ def proc_cpu(pid):
         return None
 
 
+def thread_cpu(pid):
+    """CPU seconds per thread name (/proc/PID/task/*/comm; same-named threads summed)."""
+    out = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[name] = out.get(name, 0) + int(f.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
+
+
 def proc_hwm_mb(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -604,15 +618,21 @@ class Bench:
         ws = self.slot_state("l_idle", "0/0")[1]
         relay, walsender = CpuWindow(), CpuWindow()
         relay.sample(p.pid), walsender.sample(ws)
+        threads0 = thread_cpu(p.pid)
         time.sleep(secs)
         relay.sample(p.pid), walsender.sample(ws)
+        threads1 = thread_cpu(p.pid)
         self.stop_relay(p, lines)
+        # which of the relay's threads (its runtime, librdkafka's) spends the idle CPU
+        threads = {n: (c - threads0.get(n, 0)) * 1e3 / secs for n, c in threads1.items()}
+        threads = {n: round(v, 3) for n, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v >= 0.001}
         self.drop_slots("l_idle")
-        x = {"seconds": secs, "walsender_pid": ws,
+        x = {"seconds": secs, "walsender_pid": ws, "relay_thread_cpu_ms_per_second": threads,
              "relay_cpu_ms_per_second": relay.share() * 1e3 if relay.share() is not None else None,
              "walsender_cpu_ms_per_second": walsender.share() * 1e3 if walsender.share() is not None else None}
         log(f"idle {secs} s: relay {fmt(x['relay_cpu_ms_per_second'], '.3f')} ms CPU/s, "
-            f"walsender {fmt(x['walsender_cpu_ms_per_second'], '.3f')} ms CPU/s")
+            f"walsender {fmt(x['walsender_cpu_ms_per_second'], '.3f')} ms CPU/s; relay threads (ms/s): "
+            + ", ".join(f"{n} {v:.3f}" for n, v in threads.items()))
         self.results["live"]["idle"] = x
 
     def live(self, rates, secs, reps):
@@ -740,7 +760,9 @@ def live_rows(res, before, verdict):
     if idle:
         rows.append((f"idle relay ({idle['seconds']} s, keepalives only): CPU ms per second, relay; walsender",
                      fmt(idle["relay_cpu_ms_per_second"], ".3f"), fmt(idle["walsender_cpu_ms_per_second"], ".3f"),
-                     "", "minimal (info)", ""))
+                     "busiest threads: " + ", ".join(f"{n} {v:.2f}" for n, v in
+                                                     list(idle.get("relay_thread_cpu_ms_per_second", {}).items())[:3]),
+                     "minimal (info)", ""))
     return rows
 
 
