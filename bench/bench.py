@@ -16,8 +16,9 @@ from the same empty in-memory state):
   live      at each of RATES (default 1,000, 5,000 and 10,000 one-row transactions/s,
             pgbench, synchronous commit), rotating per rep: the floor (pg_recvlogical +
             test_decoding with include-timestamp, read line by line here: commit →
-            receipt), pgoutbox (its commit → broker-ack histogram) and the SKIP LOCKED
-            polling relay example (commit → ack), with the CPU per event of each relay and
+            receipt), pgoutbox (its commit → broker-ack histogram), the SKIP LOCKED
+            polling relay example (commit → ack) and, given --relay-b, a second pgoutbox
+            build (before/after under the same load), with the CPU per event of each relay and
             of its PostgreSQL backend (the slot's active_pid walsender; the poller's
             backend). Compared with the one-row backlog figure of the same invocation
             (live mode runs backlog txn=1 first). A rate pgbench cannot reach here is
@@ -399,9 +400,9 @@ class Bench:
                           f"WHERE slot_name = '{slot}'")
         return (r[0][0] == "t", int(r[0][1]) if r and r[0][1] else None) if r else (False, None)
 
-    def start_relay(self, slot):
+    def start_relay(self, slot, binary=None):
         t_spawn = time.time()
-        p = self.spawn([self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
+        p = self.spawn([binary or self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
                         "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off",
                         # every drain starts on a freshly created slot (same name across
                         # repetitions): slot safety would rightly call that a re-created
@@ -560,10 +561,14 @@ class Bench:
         return {"events": len(lat), "written": n, "achieved_rate": achieved, "valid": len(lat) == n,
                 "p50_us": quantile(lat, 0.5), "p99_us": quantile(lat, 0.99)}
 
-    def live_relay(self, rate, secs):
+    def live_relay_b(self, rate, secs):
+        """The same as live_relay, with the --relay-b binary."""
+        return self.live_relay(rate, secs, self.o.relay_b)
+
+    def live_relay(self, rate, secs, binary=None):
         self.create_slots(["l_relay"])
         self.restart_broker()
-        p, lines, _, _ = self.start_relay("l_relay")
+        p, lines, _, _ = self.start_relay("l_relay", binary)
         ws = self.slot_state("l_relay", "0/0")[1]
         cpu0, ws0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
         n, achieved = self.pgbench("outbox", rate, secs)
@@ -643,12 +648,14 @@ class Bench:
         by_rate = self.results["live"].setdefault("rates", {})
         for rate in rates:
             runs = {"floor": [], "pgoutbox": [], "polling": []}
+            if self.o.relay_b:
+                runs["pgoutbox_b"] = []
             by_rate[str(rate)] = {"rate": rate, "pgbench_clients": pgbench_clients(rate), "runs": runs}
             order = list(runs)
             for r in range(reps):
-                for what in order[r % 3:] + order[:r % 3]:
+                for what in order[r % len(order):] + order[:r % len(order)]:
                     self.pressure.phase = f"live {rate}/s {what}"
-                    x = getattr(self, f"live_{'relay' if what == 'pgoutbox' else what}")(rate, secs)
+                    x = getattr(self, "live_" + what.replace("pgoutbox", "relay"))(rate, secs)
                     x["rep"] = r
                     runs[what].append(x)
                     log(f"  rep {r} live {rate}/s {what:<9} p50 {fmt_ms(x['p50_us'])} p99 {fmt_ms(x['p99_us'])} ms, "
@@ -733,15 +740,28 @@ def live_rate_rows(label, rate, runs, backlog_us, before, verdict):
     ach = [x["achieved_rate"] for v in runs.values() for x in v]
     rows.append((f"{label}: achieved insert rate min/median", f"{fmt(min(ach))}/{fmt(median(ach))}", "", "",
                  "≥ 95 % of target", verdict(min(ach) >= 0.95 * rate)))
+    if runs.get("pgoutbox_b"):
+        rows += compare_rows(f"{label}: this build vs --relay-b (same rotation)", runs["pgoutbox"],
+                             runs["pgoutbox_b"], valid, verdict)
     if before:
-        bq, (brelay, _, _) = med(before["pgoutbox"], lambda x: x["p50_us"]), live_cpu(before["pgoutbox"])
-        d = rp - bq if rp is not None and bq is not None else None
-        rows.append((f"{label}: commit→ack p50 ms vs before (--before)", fmt_ms(rp), fmt_ms(bq),
-                     ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms", "≤ +0.5 ms (issue 16)",
-                     verdict(d <= 500 if d is not None else None, valid)))
-        rows.append((f"{label}: relay CPU µs/event vs before (--before)", fmt(relay, ".1f"), fmt(brelay, ".1f"),
-                     fmt(relay / brelay if relay and brelay else None, ".2f") + "×", "info", ""))
+        rows += compare_rows(f"{label}: vs --before", runs["pgoutbox"], before["pgoutbox"], valid, verdict)
     return rows
+
+
+def compare_rows(label, now, then, valid, verdict):
+    """pgoutbox runs against other pgoutbox runs (another build, or an earlier result):
+    relay and walsender CPU per event, p50 change against issue 16's +0.5 ms, p99."""
+    (relay, ws, _), (brelay, bws, _) = live_cpu(now), live_cpu(then)
+    q = {k: (med(now, lambda x: x[k]), med(then, lambda x: x[k])) for k in ("p50_us", "p99_us")}
+    d = {k: a - b if a is not None and b is not None else None for k, (a, b) in q.items()}
+    sign = lambda v: ("+" if v and v >= 0 else "") + fmt_ms(v) + " ms"
+    return [(f"{label}: relay; walsender CPU µs/event", f"{fmt(relay, '.1f')}; {fmt(ws, '.1f')}",
+             f"{fmt(brelay, '.1f')}; {fmt(bws, '.1f')}",
+             fmt(relay / brelay if relay and brelay else None, ".2f") + "× relay", "info", ""),
+            (f"{label}: commit→ack p50 ms", fmt_ms(q["p50_us"][0]), fmt_ms(q["p50_us"][1]), sign(d["p50_us"]),
+             "≤ +0.5 ms (issue 16)", verdict(d["p50_us"] <= 500 if d["p50_us"] is not None else None, valid)),
+            (f"{label}: commit→ack p99 ms", fmt_ms(q["p99_us"][0]), fmt_ms(q["p99_us"][1]), sign(d["p99_us"]),
+             "info", "")]
 
 
 def live_rows(res, before, verdict):
@@ -847,6 +867,9 @@ def main():
     ap.add_argument("--rate", type=int, help="a single live rate (same as --rates N)")
     ap.add_argument("--idle-seconds", type=int, default=env("BENCH_IDLE_SECONDS", 5 if quick else 30),
                     help="how long the idle relay is measured (default 30)")
+    ap.add_argument("--relay-b", default=os.environ.get("BENCH_RELAY_B"),
+                    help="a second pgoutbox binary (e.g. main's release build) run in the same live "
+                         "rotation as this build: a before/after comparison under the same load")
     ap.add_argument("--before", help="an earlier results JSON: live rows compare p50 and relay CPU "
                                      "per event with it, rate by rate")
     ap.add_argument("--rows", type=int, default=env("BENCH_ROWS", 20_000 if quick else 200_000))
@@ -868,6 +891,9 @@ def main():
     rates = [int(x) for x in o.rates.replace(",", " ").split() if x.isdigit() and int(x) > 0]
     if not rates or len(rates) != len(o.rates.replace(",", " ").split()):
         ap.error(f"--rates {o.rates!r}: expected positive whole rates per second, e.g. --rates '1000 5000 10000'")
+    if o.relay_b and not os.access(o.relay_b, os.X_OK):
+        ap.error(f"--relay-b {o.relay_b!r}: not an executable file; build it with `cargo build --release` "
+                 "in the other checkout and pass its target/release/pgoutbox")
     before = None
     if o.before:
         with open(o.before) as f:
@@ -886,6 +912,7 @@ def main():
                   + (f", live {o.live_seconds} s per run at {', '.join(f'{r:,}' for r in rates)}/s, idle "
                      f"{o.idle_seconds} s" if o.mode in ("all", "live") else "")
                   + (f", memory rows {o.mem_rows} (backlog txn {o.mem_txn})" if o.mode == "all" else "")
+                  + (f", relay B {o.relay_b}" if o.relay_b and o.mode in ("all", "live") else "")
                   + (" (BENCH_QUICK)" if quick else ""))
         log(header)
         if o.mode in ("all", "backlog"):

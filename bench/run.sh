@@ -17,8 +17,9 @@
 # Tunables (env or flag): BENCH_ROWS/--rows (200000), BENCH_REPS/--reps (3),
 # BENCH_TXN_SIZES/--txn-sizes ("1 10 100"), BENCH_LIVE_SECONDS/--live-seconds (15),
 # BENCH_MEM_ROWS/--mem-rows (1000000), BENCH_MEM_TXN/--mem-txn (1), BENCH_RATES/--rates
-# ("1000 5000 10000"), BENCH_IDLE_SECONDS/--idle-seconds (30); --before PATH compares the
-# live rows with an earlier results JSON (p50 change, relay CPU per event).
+# ("1000 5000 10000"), BENCH_IDLE_SECONDS/--idle-seconds (30). Before/after: BENCH_RELAY_B/
+# --relay-b BIN runs a second pgoutbox build (e.g. main's) in the same live rotation;
+# --before PATH compares the live rows with an earlier results JSON (p50, CPU per event).
 # The machine should be otherwise idle: the pressure lines show when it was not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
