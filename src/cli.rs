@@ -107,9 +107,11 @@ pub enum Command {
     /// ack, prints a summary and exits non-zero naming any record that failed.
     /// Needs no slot and never touches one; `run` may keep running meanwhile.
     ///
-    /// Needs a selector: --from/--to, --id, or --all. Only rows still in the table
-    /// can be replayed: rows deleted by a cleanup job (or the insert-then-delete
-    /// pattern) and events sent as logical decoding messages (no table) are gone.
+    /// Needs a selector: --from/--to, --id, or --all (selectors deliberately have no
+    /// environment twin, so a variable left in a service's environment never selects
+    /// a replay). Only rows still in the table can be replayed: rows deleted by a
+    /// cleanup job (or the insert-then-delete pattern) and events sent as logical
+    /// decoding messages (no table) are gone: their WAL is recycled.
     ///
     /// Examples:
     ///   pgoutbox replay --from 2h --dry-run

@@ -16,9 +16,12 @@
 //! poison row is counted and logged with its action, and `fail` becomes a
 //! [`PoisonRow`] error naming the row.
 
+use crate::kafka::producer::DeliveryError;
 use crate::metrics::Metrics;
 use crate::outbox::event::{OutboxEvent, ResolvedMapping};
-use crate::outbox::invalid::{self, Action, Cause, Invalid, Origin, PoisonRow, Verdict};
+use crate::outbox::invalid::{
+    self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow, Verdict,
+};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::trace;
@@ -137,4 +140,32 @@ pub fn poison(
     }
     let letter = invalid::dead_letter(record, &invalid, origin, &cfg.invalid.dlq_topic);
     Ok(Some(letter))
+}
+
+/// A record the broker refused, as a poison row (`too-large`), when it is one: the
+/// broker refused its size, it is not a dead letter (a refused dead letter stops
+/// the relay), and `too-large` is not set to `fail`. `size` is what it counted in
+/// flight; `commit_ms` stamps its dead letter.
+pub fn refused(
+    cfg: &PipelineConfig,
+    err: &DeliveryError,
+    size: usize,
+    commit_ms: i64,
+) -> Option<(KafkaRecord, Invalid)> {
+    if !err.is_too_large()
+        || err.topic == cfg.invalid.dlq_topic
+        || cfg.invalid.action(Cause::TooLarge) == Action::Fail
+    {
+        return None;
+    }
+    let refused = err.refused.as_deref();
+    Some(invalid::refused_by_broker(BrokerRefusal {
+        topic: &err.topic,
+        event_id: &err.event_id,
+        key: refused.and_then(|r| r.key.clone()),
+        event_type: refused.and_then(|r| r.event_type.clone()),
+        reason: &err.reason,
+        size,
+        commit_ms,
+    }))
 }

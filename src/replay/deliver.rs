@@ -25,9 +25,9 @@ use bytes::Bytes;
 
 use crate::kafka::producer::{Delivery, KafkaSink, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{self, BrokerRefusal, Cause, Invalid, Origin};
+use crate::outbox::invalid::{Cause, Invalid, Origin};
 use crate::outbox::record::KafkaRecord;
-use crate::pg::timestamp::now_pg_micros;
+use crate::pg::timestamp::{now_pg_micros, to_unix_micros};
 use crate::pipeline::record;
 use crate::pipeline::PipelineConfig;
 
@@ -59,8 +59,6 @@ struct Flight {
     topic: String,
     event_id: String,
     origin: Origin,
-    /// A dead letter (never poison again).
-    letter: bool,
 }
 
 /// The producer side of a replay.
@@ -128,13 +126,12 @@ impl Ctx<'_> {
 }
 
 impl Output<'_> {
-    /// Send (or print) `record`, a row of `origin.table` (a dead letter: `letter`).
+    /// Send (or print) `record`, of a row of `origin.table`.
     pub async fn emit(
         &mut self,
         ctx: &mut Ctx<'_>,
         mut record: KafkaRecord,
         origin: Origin,
-        letter: bool,
     ) -> Result<(), ReplayError> {
         mark(&mut record, &ctx.stamp);
         match self {
@@ -144,7 +141,7 @@ impl Output<'_> {
                 ctx.counted(&record.topic);
                 Ok(())
             }
-            Output::Kafka(kafka) => kafka.send(ctx, record, origin, letter).await,
+            Output::Kafka(kafka) => kafka.send(ctx, record, origin).await,
         }
     }
 
@@ -179,21 +176,17 @@ impl Output<'_> {
 }
 
 impl Kafka {
+    /// Hand `record` over, then any dead letter it or an earlier report caused;
+    /// then wait while the in-flight cap is reached.
     async fn send(
         &mut self,
         ctx: &mut Ctx<'_>,
         record: KafkaRecord,
         origin: Origin,
-        letter: bool,
     ) -> Result<(), ReplayError> {
-        let mut next = Some((record, origin, letter));
-        while let Some((record, origin, letter)) = next.take() {
-            next = self.hand_over(ctx, record, origin, letter).await?;
-            if next.is_none() {
-                if let Some((record, origin)) = self.letters.pop() {
-                    next = Some((record, origin, true));
-                }
-            }
+        self.hand_over(ctx, record, origin).await?;
+        while let Some((letter, origin)) = self.letters.pop() {
+            self.hand_over(ctx, letter, origin).await?;
         }
         while self.in_flight.len() >= MAX_IN_FLIGHT {
             self.one_report(ctx).await?;
@@ -201,15 +194,15 @@ impl Kafka {
         Ok(())
     }
 
-    /// Offer one record until the producer takes or refuses it; returns the dead
-    /// letter to send instead when it refused a row for its size.
+    /// Offer one record until the producer takes or refuses it. A row refused for
+    /// its size up front is a poison row (its dead letter is queued); a dead letter
+    /// refused, or any other refusal, is a failure.
     async fn hand_over(
         &mut self,
         ctx: &mut Ctx<'_>,
         mut record: KafkaRecord,
         origin: Origin,
-        letter: bool,
-    ) -> Result<Option<(KafkaRecord, Origin, bool)>, ReplayError> {
+    ) -> Result<(), ReplayError> {
         mark(&mut record, &ctx.stamp);
         loop {
             let tag = self.next_tag;
@@ -217,22 +210,25 @@ impl Kafka {
                 Ok(()) => {
                     self.next_tag = self.next_tag.wrapping_add(1);
                     let flight = Flight {
-                        topic: std::mem::take(&mut record.topic),
                         event_id: record.id_text(),
+                        topic: record.topic,
                         origin,
-                        letter,
                     };
                     self.in_flight.insert(tag, flight);
-                    return Ok(None);
+                    return Ok(());
                 }
                 Err(SendError::QueueFull) => self.one_report(ctx).await?,
-                Err(SendError::Refused(err)) if err.is_too_large() && !letter => {
+                Err(SendError::Refused(err))
+                    if err.is_too_large() && record.topic != ctx.cfg.invalid.dlq_topic =>
+                {
                     let invalid = Invalid {
                         cause: Cause::TooLarge,
                         reason: err.reason.clone(),
                     };
-                    let letter = ctx.poison(invalid, &record, &origin)?;
-                    return Ok(letter.map(|l| (l, origin, true)));
+                    if let Some(letter) = ctx.poison(invalid, &record, &origin)? {
+                        self.letters.push((letter, origin));
+                    }
+                    return Ok(());
                 }
                 Err(SendError::Refused(err)) => {
                     ctx.summary.failed.push(Failed {
@@ -240,7 +236,7 @@ impl Kafka {
                         topic: err.topic.clone(),
                         reason: err.to_string(),
                     });
-                    return Ok(None);
+                    return Ok(());
                 }
             }
         }
@@ -267,27 +263,15 @@ impl Kafka {
             }
             Err(err) => err,
         };
-        let poisoned = err.is_too_large()
-            && !flight.letter
-            && ctx.cfg.invalid.action(Cause::TooLarge) != invalid::Action::Fail;
-        if !poisoned {
+        let now_ms = to_unix_micros(now_pg_micros()) / 1000;
+        let Some((record, invalid)) = record::refused(ctx.cfg, &err, delivery.size, now_ms) else {
             ctx.summary.failed.push(Failed {
                 event_id: flight.event_id,
                 topic: flight.topic,
                 reason: err.to_string(),
             });
             return Ok(());
-        }
-        let refused = err.refused.as_deref();
-        let (record, invalid) = invalid::refused_by_broker(BrokerRefusal {
-            topic: &err.topic,
-            event_id: &err.event_id,
-            key: refused.and_then(|r| r.key.clone()),
-            event_type: refused.and_then(|r| r.event_type.clone()),
-            reason: &err.reason,
-            size: delivery.size,
-            commit_ms: crate::pg::timestamp::to_unix_micros(now_pg_micros()) / 1000,
-        });
+        };
         if let Some(letter) = ctx.poison(invalid, &record, &flight.origin)? {
             self.letters.push((letter, flight.origin));
         }
@@ -297,7 +281,7 @@ impl Kafka {
     async fn drain(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ReplayError> {
         loop {
             if let Some((letter, origin)) = self.letters.pop() {
-                self.hand_over(ctx, letter, origin, true).await?;
+                self.hand_over(ctx, letter, origin).await?;
                 continue;
             }
             if self.in_flight.is_empty() {

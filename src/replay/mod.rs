@@ -180,16 +180,16 @@ pub async fn run(
         batch: cfg.batch_size,
         started,
         found: HashSet::new(),
+        interrupted: false,
     };
     let read = reader.all(&mut ctx, &mut output, &shutdown).await;
-    let interrupted = shutdown.is_cancelled();
+    let interrupted = reader.interrupted;
     ctx.summary.interrupted = interrupted;
     let drained = output.finish(&mut ctx, interrupted).await;
-    let found = reader.found;
     ctx.summary.not_found = bounds
         .ids
         .iter()
-        .filter(|id| !found.contains(*id))
+        .filter(|id| !reader.found.contains(*id))
         .cloned()
         .collect();
     let summary = ctx.summary;
@@ -334,6 +334,8 @@ struct Reader<'r> {
     started: i64,
     /// `--id` values a row had.
     found: HashSet<String>,
+    /// A signal stopped the reading before every selected row was read.
+    interrupted: bool,
 }
 
 impl Reader<'_> {
@@ -346,6 +348,7 @@ impl Reader<'_> {
         let specs = ctx.cfg.tables.clone();
         for spec in &specs {
             if shutdown.is_cancelled() {
+                self.interrupted = true;
                 break;
             }
             self.table(ctx, output, spec, shutdown).await?;
@@ -385,7 +388,11 @@ impl Reader<'_> {
                 table::query_failed(format!("selecting the rows of {}", spec.table), &e)
             })?;
         let fetch = format!("FETCH {} FROM {}", self.batch.max(1), table::CURSOR);
-        while !shutdown.is_cancelled() {
+        loop {
+            if shutdown.is_cancelled() {
+                self.interrupted = true;
+                break;
+            }
             let rows = self.client.simple_query(&fetch).await.map_err(|e| {
                 table::query_failed(format!("reading the rows of {}", spec.table), &e)
             })?;
@@ -449,9 +456,7 @@ impl Reader<'_> {
                 };
                 let found = (&**mapping, template);
                 match record::build(ctx.cfg, ctx.metrics, found, &event, self.started, at) {
-                    Built::Send(record) => {
-                        return output.emit(ctx, record, origin(table), false).await
-                    }
+                    Built::Send(record) => return output.emit(ctx, record, origin(table)).await,
                     Built::Poison(record, invalid) => (record, invalid, table),
                 }
             }
@@ -464,7 +469,7 @@ impl Reader<'_> {
         };
         let origin = origin(table);
         match ctx.poison(invalid, &record, &origin)? {
-            Some(letter) => output.emit(ctx, letter, origin, true).await,
+            Some(letter) => output.emit(ctx, letter, origin).await,
             None => Ok(()),
         }
     }

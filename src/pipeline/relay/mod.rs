@@ -39,7 +39,7 @@ use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, DeliveryError, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{self, Action, BrokerRefusal, Cause, Invalid, Origin};
+use crate::outbox::invalid::{self, Cause, Invalid, Origin};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
 use crate::pg::catalog::TableName;
@@ -436,22 +436,10 @@ impl<'a> Relay<'a> {
         txn: u64,
         size: usize,
     ) -> Result<(), PipelineError> {
-        if !err.is_too_large()
-            || err.topic == self.cfg.invalid.dlq_topic
-            || self.cfg.invalid.action(Cause::TooLarge) == Action::Fail
-        {
+        let commit_ms = unix_ms(self.tracker.commit_time(txn)?);
+        let Some((record, invalid)) = record::refused(self.cfg, &err, size, commit_ms) else {
             return Err(err.into());
-        }
-        let refused = err.refused.as_deref();
-        let (record, invalid) = invalid::refused_by_broker(BrokerRefusal {
-            topic: &err.topic,
-            event_id: &err.event_id,
-            key: refused.and_then(|r| r.key.clone()),
-            event_type: refused.and_then(|r| r.event_type.clone()),
-            reason: &err.reason,
-            size,
-            commit_ms: unix_ms(self.tracker.commit_time(txn)?),
-        });
+        };
         self.poison(sink, invalid, record, txn, Origin::default())
     }
 
