@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Files: `select.rs` ([`Selection`], what the flags select), `table.rs` (catalog,
-//! cursor, rows as tuples), `deliver.rs` (dry run or producer, the
+//! cursor, rows as tuples), `read.rs` (table by table, row by row), `deliver.rs` (dry run or producer, the
 //! `pgoutbox.replay` header), `print.rs` (JSON lines, [`Summary`]).
 //!
 //! Invariants: a replayed row takes the relay's own path — the [`Relation`]
@@ -30,10 +30,11 @@
 
 mod deliver;
 pub mod print;
+mod read;
 pub mod select;
 mod table;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -44,14 +45,10 @@ use tokio_util::sync::CancellationToken;
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{CreateError, KafkaSink};
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{self, Origin, PoisonRow};
-use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
+use crate::outbox::invalid::PoisonRow;
 use crate::pg::catalog::{self, CatalogError, TableName};
-use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::TupleData;
 use crate::pg::source::SourceConfig;
-use crate::pg::timestamp::{now_pg_micros, to_rfc3339, to_unix_micros};
-use crate::pipeline::record::{self, Built, RowAt};
+use crate::pg::timestamp::{now_pg_micros, to_rfc3339};
 use crate::pipeline::PipelineConfig;
 
 pub use deliver::{MAX_IN_FLIGHT, REPLAY_HEADER};
@@ -59,7 +56,8 @@ pub use print::Summary;
 pub use select::{RawSelection, Selection, SelectionError, TimeBound};
 
 use deliver::{Ctx, Kafka, Output};
-use table::{Bounds, TableColumns};
+use read::Reader;
+use table::Bounds;
 
 /// Settings of a replay.
 #[derive(Debug, Clone)]
@@ -129,8 +127,8 @@ pub enum ReplayError {
     /// The producer's report channel closed.
     #[error("the Kafka producer stopped reporting deliveries")]
     ProducerGone,
-    /// Writing the dry run's output failed.
-    #[error("writing the dry run's output")]
+    /// Writing the dry run's output or the summary failed.
+    #[error("writing the replay's output")]
     Output(#[source] std::io::Error),
     /// Some records were not delivered, some ids not found, or a signal stopped it.
     #[error("replay incomplete: {0}")]
@@ -153,16 +151,7 @@ pub async fn run(
     simple(&client, "SET DateStyle = 'ISO'").await?;
     let pipeline = with_not_null(&cfg.pipeline, &client).await?;
     let bounds = resolve(&client, &cfg.selection).await?;
-    let mut output = match &cfg.kafka {
-        None => Output::DryRun(records),
-        Some((brokers, options)) => {
-            let config = replay_producer_config(brokers, options)?;
-            Output::Kafka(Box::new(Kafka::new(KafkaSink::new(
-                &config,
-                metrics.clone(),
-            )?)))
-        }
-    };
+    let mut output = output(cfg, records, &metrics)?;
     let stamp = to_rfc3339(started);
     log_start(cfg, &bounds, &stamp);
     let mut ctx = Ctx {
@@ -194,10 +183,27 @@ pub async fn run(
         .collect();
     let summary = ctx.summary;
     // The summary even when the replay stopped: what was sent is sent.
-    let _ = report.write_all(summary.render().as_bytes());
+    let written = report.write_all(summary.render().as_bytes());
     read?;
     drained?;
+    written.map_err(ReplayError::Output)?;
     verdict(summary)
+}
+
+/// Where the records go: `records` for a dry run, else a producer as `run`'s.
+fn output<'o>(
+    cfg: &ReplayConfig,
+    records: &'o mut dyn Write,
+    metrics: &Arc<Metrics>,
+) -> Result<Output<'o>, ReplayError> {
+    Ok(match &cfg.kafka {
+        None => Output::DryRun(records),
+        Some((brokers, options)) => {
+            let config = replay_producer_config(brokers, options)?;
+            let sink = KafkaSink::new(&config, metrics.clone())?;
+            Output::Kafka(Box::new(Kafka::new(sink)))
+        }
+    })
 }
 
 /// Whether the replay did all it was asked.
@@ -323,162 +329,4 @@ async fn resolve(client: &Client, selection: &Selection) -> Result<Bounds, Repla
     }
     simple(client, "RESET TimeZone").await?;
     Ok(out)
-}
-
-/// Reads the selected rows, table by table, and hands them on.
-struct Reader<'r> {
-    client: &'r Client,
-    bounds: &'r Bounds,
-    batch: usize,
-    /// The replay's start (stands in for the commit time a row does not keep).
-    started: i64,
-    /// `--id` values a row had.
-    found: HashSet<String>,
-    /// A signal stopped the reading before every selected row was read.
-    interrupted: bool,
-}
-
-impl Reader<'_> {
-    async fn all(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        output: &mut Output<'_>,
-        shutdown: &CancellationToken,
-    ) -> Result<(), ReplayError> {
-        let specs = ctx.cfg.tables.clone();
-        for spec in &specs {
-            if shutdown.is_cancelled() {
-                self.interrupted = true;
-                break;
-            }
-            self.table(ctx, output, spec, shutdown).await?;
-        }
-        Ok(())
-    }
-
-    /// One table, in one read-only snapshot.
-    async fn table(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        output: &mut Output<'_>,
-        spec: &TableSpec,
-        shutdown: &CancellationToken,
-    ) -> Result<(), ReplayError> {
-        let cols = TableColumns::read(self.client, &spec.table).await?;
-        let relation = cols.relation();
-        let mut tables = OutboxTables::new(vec![spec.clone()]);
-        if let Err(missing) = tables.on_relation(&relation) {
-            tracing::warn!(error = %missing, "outbox table does not match the column mapping; its rows are handled by --on-invalid missing-column");
-        }
-        let route = tables.route(relation.id).cloned();
-        let Some(route) = route else { return Ok(()) };
-        simple(
-            self.client,
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-        )
-        .await?;
-        let ids = self.canonical_ids(&cols, spec).await?;
-        let (sql, params) = table::declare(&cols, &spec.mapping, self.bounds)?;
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| &**p as _).collect();
-        self.client
-            .execute(sql.as_str(), &params)
-            .await
-            .map_err(|e| {
-                table::query_failed(format!("selecting the rows of {}", spec.table), &e)
-            })?;
-        let fetch = format!("FETCH {} FROM {}", self.batch.max(1), table::CURSOR);
-        loop {
-            if shutdown.is_cancelled() {
-                self.interrupted = true;
-                break;
-            }
-            let rows = self.client.simple_query(&fetch).await.map_err(|e| {
-                table::query_failed(format!("reading the rows of {}", spec.table), &e)
-            })?;
-            let tuples = table::tuples(rows);
-            if tuples.is_empty() {
-                break;
-            }
-            for tuple in tuples {
-                ctx.summary.rows += 1;
-                self.row(ctx, output, &route, &tuple, &ids).await?;
-            }
-        }
-        simple(self.client, "COMMIT").await
-    }
-
-    /// The requested ids in the id column's own text form (a UUID in capitals
-    /// matches its row), mapped to the text given; empty without `--id`.
-    async fn canonical_ids(
-        &self,
-        cols: &TableColumns,
-        spec: &TableSpec,
-    ) -> Result<HashMap<String, String>, ReplayError> {
-        let Some(ty) = cols.columns.iter().find(|c| c.0 == spec.mapping.id) else {
-            return Ok(HashMap::new());
-        };
-        if self.bounds.ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let sql = format!("SELECT x, x::{}::text FROM unnest($1::text[]) AS x", ty.2);
-        let rows = self
-            .client
-            .query(sql.as_str(), &[&self.bounds.ids])
-            .await
-            .map_err(|e| ReplayError::Id {
-                table: spec.table.clone(),
-                column: spec.mapping.id.clone(),
-                message: catalog::describe(&e),
-            })?;
-        Ok(rows.iter().map(|r| (r.get(1), r.get(0))).collect())
-    }
-
-    /// One row: the record `run` would have sent, or its poison-row handling.
-    async fn row(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        output: &mut Output<'_>,
-        route: &RelationRoute,
-        tuple: &TupleData,
-        ids: &HashMap<String, String>,
-    ) -> Result<(), ReplayError> {
-        let (record, invalid, table) = match route {
-            RelationRoute::Outbox(table, mapping, template) => {
-                let event = mapping.event(tuple);
-                let id = event.id.as_deref().map(String::from_utf8_lossy);
-                if let Some(given) = id.and_then(|id| ids.get(id.as_ref())) {
-                    self.found.insert(given.clone());
-                }
-                let at = RowAt {
-                    table,
-                    lsn: Lsn::INVALID,
-                };
-                let found = (&**mapping, template);
-                match record::build(ctx.cfg, ctx.metrics, found, &event, self.started, at) {
-                    Built::Send(record) => return output.emit(ctx, record, origin(table)).await,
-                    Built::Poison(record, invalid) => (record, invalid, table),
-                }
-            }
-            RelationRoute::Unmapped(u) => {
-                let now_ms = to_unix_micros(self.started) / 1000;
-                let record = invalid::unmapped_row(&u.columns, u.id, tuple, now_ms);
-                (record, invalid::missing_column(&u.missing), &u.table)
-            }
-            RelationRoute::NotOutbox(_) => return Ok(()),
-        };
-        let origin = origin(table);
-        match ctx.poison(invalid, &record, &origin)? {
-            Some(letter) => output.emit(ctx, letter, origin).await,
-            None => Ok(()),
-        }
-    }
-}
-
-/// Where a replayed row came from (no LSN: it was read with SQL).
-fn origin(table: &TableName) -> Origin {
-    Origin {
-        table: Some(table.to_string()),
-        lsn: None,
-    }
 }
