@@ -347,3 +347,54 @@ async fn a_poison_row_is_stopped_on_or_dead_lettered_by_the_policy() {
     );
     assert!(reader.records.iter().all(|r| r.header(HEADER).is_some()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converters_placements_and_trace_context_match_what_run_sent() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    let format = [
+        "--key-converter",
+        "json",
+        "--value-converter",
+        "json-schemas",
+        "--expand-json-payload",
+        "--placement",
+        "event_type:header:eventType,aggregate_type:envelope:type",
+        "--trace-context",
+        "payload.meta.traceparent",
+    ];
+    let relay = start_run(&db, &broker.addr(), &format);
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'order', 'k' || (g % 3), 'Created', jsonb_build_object('n', g, 'meta', \
+                jsonb_build_object('traceparent', \
+                '00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333' || (g % 10) || '-01')) \
+         FROM generate_series(1, 20) g",
+    );
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.read_until("run's 20 records", WAIT, |r| r.len() >= 20);
+    drop(relay);
+
+    let mut args = vec!["--all", "--brokers"];
+    let addr = broker.addr();
+    args.push(&addr);
+    args.extend(format);
+    let done = replay(&db, &args);
+    assert!(done.status.success(), "{}", done.stderr);
+    reader.read_until("20 replayed records", WAIT, |r| r.len() >= 40);
+    let (replayed, original): (Vec<&Consumed>, Vec<&Consumed>) = reader
+        .records
+        .iter()
+        .partition(|r| r.header(HEADER).is_some());
+    assert_eq!((replayed.len(), original.len()), (20, 20));
+    let by_id: HashMap<String, &Consumed> = original.iter().map(|r| (r.id(), *r)).collect();
+    for again in &replayed {
+        let first = by_id[&again.id()];
+        assert!(first.header("traceparent").is_some(), "{first:?}");
+        assert!(first.header("eventType").is_some(), "{first:?}");
+        assert_eq!(again.key, first.key);
+        assert_eq!(again.partition, first.partition);
+        assert_eq!(again.value, first.value);
+        assert_eq!(without_replay_header(again), first.header_list);
+    }
+}
