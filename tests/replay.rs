@@ -398,3 +398,44 @@ async fn converters_placements_and_trace_context_match_what_run_sent() {
         assert_eq!(without_replay_header(again), first.header_list);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_for_the_producer_follows_the_too_large_policy() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared();
+    insert_known(&db);
+    let big = "00000000-0000-4000-8000-0000000000bb";
+    // 2 MB: above the producer's message.max.bytes, refused before it is sent.
+    db.psql(&format!(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('{big}', 'order', 'k9', 'Created', \
+                 jsonb_build_object('blob', repeat('x', 2000000)))"
+    ));
+    let addr = broker.addr();
+    let done = replay(&db, &["--all", "--brokers", &addr]);
+    assert_eq!(done.status.code(), Some(4), "{}", done.stderr);
+    assert!(
+        done.stderr.contains(big) && done.stderr.contains("too-large"),
+        "{}",
+        done.stderr
+    );
+
+    let dlq = format!("{}.dlq", db.name);
+    let policy = ["--on-invalid", "too-large=dlq", "--dlq-topic", &dlq];
+    let mut args = vec!["--all", "--brokers", &addr];
+    args.extend(policy);
+    let done = replay(&db, &args);
+    assert!(done.status.success(), "{}", done.stderr);
+    let summary = done.stdout.join("\n");
+    assert!(summary.contains("1 dead-lettered"), "{summary}");
+    let mut reader = Reader::new(&addr, std::slice::from_ref(&dlq));
+    reader.read_until("the dead letter", WAIT, |r| !r.is_empty());
+    let letter = &reader.records[0];
+    assert_eq!(letter.id(), big);
+    assert_eq!(
+        letter.header("pgoutbox.dlq.cause").as_deref(),
+        Some("too-large")
+    );
+    assert!(letter.header("pgoutbox.dlq.payload-omitted").is_some());
+    assert!(letter.header(HEADER).is_some());
+}
