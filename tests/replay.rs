@@ -305,6 +305,14 @@ async fn a_poison_row_is_stopped_on_or_dead_lettered_by_the_policy() {
         "{}",
         done.stderr
     );
+    // The fix fits a replay: no slot, and the row is read as it is now.
+    assert!(
+        done.stderr.contains("the replay stopped before it")
+            && done.stderr.contains("correct the row")
+            && !done.stderr.contains("slot"),
+        "{}",
+        done.stderr
+    );
 
     let dlq = format!("{}.dlq", db.name);
     let done = replay(

@@ -115,8 +115,13 @@ pub enum ReplayError {
         column: String,
         message: String,
     },
-    /// `--on-invalid fail` met a poison row.
-    #[error(transparent)]
+    /// `--on-invalid fail` met a poison row. Unlike `run`, which reads the row as it
+    /// was inserted (from the WAL), replay reads it as the table holds it now, so
+    /// correcting the row is a fix here.
+    #[error(
+        "poison row ({}) in {}: event {}: {}; the replay stopped before it (the records before it were sent); fix: replay reads the row as the table holds it now, so correct the row and replay it (--id {}), or replay with --on-invalid {}=dlq (to the dead-letter topic) or {}=skip",
+        .0.cause, .0.table, .0.event_id, .0.reason, .0.event_id, .0.cause, .0.cause
+    )]
     Poison(Box<PoisonRow>),
     /// A `--kafka-option` that would weaken delivery.
     #[error(transparent)]
@@ -131,7 +136,7 @@ pub enum ReplayError {
     #[error("writing the replay's output")]
     Output(#[source] std::io::Error),
     /// Some records were not delivered, some ids not found, or a signal stopped it.
-    #[error("replay incomplete: {0}")]
+    #[error("{0}")]
     Incomplete(String),
 }
 
