@@ -48,7 +48,7 @@ use crate::metrics::Metrics;
 use crate::outbox::invalid::PoisonRow;
 use crate::pg::catalog::{self, CatalogError, TableName};
 use crate::pg::source::SourceConfig;
-use crate::pg::timestamp::{now_pg_micros, to_rfc3339};
+use crate::pg::timestamp::{from_unix_micros, now_pg_micros, to_rfc3339};
 use crate::pipeline::PipelineConfig;
 
 pub use deliver::{MAX_IN_FLIGHT, REPLAY_HEADER};
@@ -259,8 +259,7 @@ fn replay_producer_config(
 
 fn log_start(cfg: &ReplayConfig, bounds: &Bounds, stamp: &str) {
     let tables: Vec<String> = cfg.source.tables.iter().map(ToString::to_string).collect();
-    let at =
-        |b: Option<i64>| b.map_or_else(|| "-".to_owned(), |u| to_rfc3339(u - 946_684_800_000_000));
+    let at = |b: Option<i64>| b.map_or_else(|| "-".to_owned(), |u| to_rfc3339(from_unix_micros(u)));
     tracing::info!(
         tables = %tables.join(","),
         from = %at(bounds.from),

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::outbox::record::KafkaRecord;
-use crate::pg::timestamp::to_rfc3339;
+use crate::pg::timestamp::{from_unix_micros, to_rfc3339};
 
 /// A value embedded as JSON when it is JSON, else as a string.
 #[derive(Serialize)]
@@ -64,8 +64,7 @@ pub fn write_record(table: &str, record: &KafkaRecord, out: &mut dyn Write) -> s
         topic: &record.topic,
         key: record.key.as_deref().map(text),
         headers,
-        // The record carries Unix ms; to_rfc3339 takes µs since 2000-01-01.
-        timestamp: to_rfc3339(record.timestamp_ms.saturating_mul(1000) - 946_684_800_000_000),
+        timestamp: to_rfc3339(from_unix_micros(record.timestamp_ms.saturating_mul(1000))),
         value: record.value.as_deref().map(value),
     };
     serde_json::to_writer(&mut *out, &line)?;
