@@ -447,3 +447,32 @@ async fn a_record_too_large_for_the_producer_follows_the_too_large_policy() {
     assert!(letter.header("pgoutbox.dlq.payload-omitted").is_some());
     assert!(letter.header(HEADER).is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_ends_the_wait_for_a_broker_that_is_down() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start();
+    insert_known(&db);
+    broker.stop();
+    let template = format!("{}.${{routedByValue}}", db.name);
+    let url = db.url();
+    let addr = broker.addr();
+    let args = [
+        "replay",
+        "--database-url",
+        &url,
+        "--topic-template",
+        &template,
+        "--brokers",
+        &addr,
+        "--all",
+    ];
+    let mut process = Pgoutbox::spawn(&args);
+    process.wait_stderr("replaying outbox rows", WAIT);
+    // No ack can come: without the signal it would wait for message.timeout.ms (5 min).
+    process.signal("INT");
+    let status = process.wait_exit(WAIT * 2);
+    let stderr = process.stderr();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+}

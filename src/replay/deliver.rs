@@ -22,6 +22,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
 
 use crate::kafka::producer::{Delivery, KafkaSink, SendError};
 use crate::metrics::Metrics;
@@ -68,16 +69,22 @@ pub struct Kafka {
     in_flight: HashMap<usize, Flight>,
     /// Dead letters of broker-refused records, sent before the next row.
     letters: Vec<(KafkaRecord, Origin)>,
+    /// SIGINT/SIGTERM: stops a wait for queue space while rows are read.
+    shutdown: CancellationToken,
+    /// Rows are still being read (a signal then ends the wait for a report).
+    reading: bool,
 }
 
 impl Kafka {
-    /// Replay through `sink`.
-    pub fn new(sink: KafkaSink) -> Self {
+    /// Replay through `sink`; `shutdown` interrupts it.
+    pub fn new(sink: KafkaSink, shutdown: CancellationToken) -> Self {
         Self {
             sink,
             next_tag: 0,
             in_flight: HashMap::new(),
             letters: Vec::new(),
+            shutdown,
+            reading: true,
         }
     }
 }
@@ -145,31 +152,37 @@ impl Output<'_> {
         }
     }
 
-    /// Wait for every outstanding report (at most [`DRAIN_AFTER_SIGNAL`] when
-    /// `interrupted`; records still unanswered then are listed as failed).
+    /// Wait for every outstanding report; once `shutdown` fired (before or during
+    /// the wait), at most [`DRAIN_AFTER_SIGNAL`] longer, then the records still
+    /// unanswered are listed as failed.
     pub async fn finish(
         &mut self,
         ctx: &mut Ctx<'_>,
-        interrupted: bool,
+        shutdown: &CancellationToken,
     ) -> Result<(), ReplayError> {
         let Output::Kafka(kafka) = self else {
             return Ok(());
         };
-        let drain = kafka.drain(ctx);
-        if !interrupted {
-            return drain.await;
-        }
-        if tokio::time::timeout(DRAIN_AFTER_SIGNAL, drain)
-            .await
-            .is_err()
-        {
-            for flight in kafka.in_flight.drain().map(|(_, f)| f) {
-                ctx.summary.failed.push(Failed {
-                    event_id: flight.event_id,
-                    topic: flight.topic,
-                    reason: format!("no delivery report within {DRAIN_AFTER_SIGNAL:?} after the replay was interrupted; it may or may not have arrived"),
-                });
+        kafka.reading = false;
+        let drained = {
+            let signalled = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(DRAIN_AFTER_SIGNAL).await;
+            };
+            tokio::select! {
+                result = kafka.drain(ctx) => Some(result),
+                () = signalled => None,
             }
+        };
+        if let Some(result) = drained {
+            return result;
+        }
+        for flight in kafka.in_flight.drain().map(|(_, f)| f) {
+            ctx.summary.failed.push(Failed {
+                event_id: flight.event_id,
+                topic: flight.topic,
+                reason: format!("no delivery report within {DRAIN_AFTER_SIGNAL:?} after the replay was interrupted; it may or may not have arrived"),
+            });
         }
         Ok(())
     }
@@ -243,12 +256,16 @@ impl Kafka {
     }
 
     /// Wait for one delivery report and account for it.
+    /// While rows are read, a signal ends the wait ([`ReplayError::Interrupted`]):
+    /// with the brokers down it could last until `message.timeout.ms`.
     async fn one_report(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ReplayError> {
-        let delivery = self
-            .sink
-            .next_delivery()
-            .await
-            .ok_or(ReplayError::ProducerGone)?;
+        let delivery = tokio::select! {
+            delivery = self.sink.next_delivery() => delivery,
+            () = self.shutdown.cancelled(), if self.reading => {
+                return Err(ReplayError::Interrupted);
+            }
+        };
+        let delivery = delivery.ok_or(ReplayError::ProducerGone)?;
         self.on_report(ctx, delivery)
     }
 

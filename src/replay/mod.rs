@@ -135,6 +135,10 @@ pub enum ReplayError {
     /// Writing the dry run's output or the summary failed.
     #[error("writing the replay's output")]
     Output(#[source] std::io::Error),
+    /// A signal ended a wait for the producer while rows were read (internal: the
+    /// replay then drains and reports what it did).
+    #[error("interrupted by a signal")]
+    Interrupted,
     /// Some records were not delivered, some ids not found, or a signal stopped it.
     #[error("{0}")]
     Incomplete(String),
@@ -156,7 +160,7 @@ pub async fn run(
     simple(&client, "SET DateStyle = 'ISO'").await?;
     let pipeline = with_not_null(&cfg.pipeline, &client).await?;
     let bounds = resolve(&client, &cfg.selection).await?;
-    let mut output = output(cfg, records, &metrics)?;
+    let mut output = output(cfg, records, &metrics, &shutdown)?;
     let stamp = to_rfc3339(started);
     log_start(cfg, &bounds, &stamp);
     let mut ctx = Ctx {
@@ -176,10 +180,15 @@ pub async fn run(
         found: HashSet::new(),
         interrupted: false,
     };
-    let read = reader.all(&mut ctx, &mut output, &shutdown).await;
-    let interrupted = reader.interrupted;
-    ctx.summary.interrupted = interrupted;
-    let drained = output.finish(&mut ctx, interrupted).await;
+    let read = match reader.all(&mut ctx, &mut output, &shutdown).await {
+        Err(ReplayError::Interrupted) => {
+            reader.interrupted = true;
+            Ok(())
+        }
+        other => other,
+    };
+    ctx.summary.interrupted = reader.interrupted;
+    let drained = output.finish(&mut ctx, &shutdown).await;
     ctx.summary.not_found = bounds
         .ids
         .iter()
@@ -200,13 +209,14 @@ fn output<'o>(
     cfg: &ReplayConfig,
     records: &'o mut dyn Write,
     metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
 ) -> Result<Output<'o>, ReplayError> {
     Ok(match &cfg.kafka {
         None => Output::DryRun(records),
         Some((brokers, options)) => {
             let config = replay_producer_config(brokers, options)?;
             let sink = KafkaSink::new(&config, metrics.clone())?;
-            Output::Kafka(Box::new(Kafka::new(sink)))
+            Output::Kafka(Box::new(Kafka::new(sink, shutdown.clone())))
         }
     })
 }
