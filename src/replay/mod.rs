@@ -189,12 +189,15 @@ pub async fn run(
     };
     ctx.summary.interrupted = reader.interrupted;
     let drained = output.finish(&mut ctx, &shutdown).await;
-    ctx.summary.not_found = bounds
-        .ids
-        .iter()
-        .filter(|id| !reader.found.contains(*id))
-        .cloned()
-        .collect();
+    // An interrupted replay did not look at every row: it names no id as missing.
+    if !reader.interrupted {
+        ctx.summary.not_found = bounds
+            .ids
+            .iter()
+            .filter(|id| !reader.found.contains(*id))
+            .cloned()
+            .collect();
+    }
     let summary = ctx.summary;
     // The summary even when the replay stopped: what was sent is sent.
     let written = report.write_all(summary.render().as_bytes());
