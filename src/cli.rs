@@ -95,6 +95,30 @@ pub enum Command {
     ///
     /// Example: pgoutbox tail --database-url postgres://app@localhost/shop --limit 10
     Tail(TailArgs),
+    /// Send events still in the outbox table to Kafka again, selected by time or id.
+    ///
+    /// Reads the rows with SQL (one consistent snapshot, a cursor fetched in batches)
+    /// and sends each through the same mapping, checks, --on-invalid policy,
+    /// converters and producer settings as `run`, with one more header:
+    /// `pgoutbox.replay` = the replay's start time (RFC 3339, UTC), the same on
+    /// every record of one replay. Order: per table by the timestamp column, then
+    /// the id column — not commit order (a row holds no commit position), though
+    /// one key's events keep their order when their timestamps do. Waits for every
+    /// ack, prints a summary and exits non-zero naming any record that failed.
+    /// Needs no slot and never touches one; `run` may keep running meanwhile.
+    ///
+    /// Needs a selector: --from/--to, --id, or --all (selectors deliberately have no
+    /// environment twin, so a variable left in a service's environment never selects
+    /// a replay). Only rows still in the table can be replayed: rows deleted by a
+    /// cleanup job (or the insert-then-delete pattern) and events sent as logical
+    /// decoding messages (no table) are gone: their WAL is recycled.
+    ///
+    /// Examples:
+    ///   pgoutbox replay --from 2h --dry-run
+    ///   pgoutbox replay --from 2026-12-01T10:00:00Z --to 2026-12-01T11:00:00Z --brokers kafka:9092
+    ///   pgoutbox replay --id 6f1c…,9a2e… --brokers kafka:9092
+    #[command(verbatim_doc_comment)]
+    Replay(ReplayArgs),
     /// Check everything the relay needs, report every problem in one run.
     ///
     /// wal_level, slot/sender headroom, role attributes, outbox tables and mapped
@@ -491,40 +515,8 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_ON_UPDATE", value_enum, default_value_t = OnUpdateArg::Ignore)]
     pub on_update: OnUpdateArg,
 
-    /// What to do with a poison row: `fail` (stop before it, the default), `dlq`
-    /// (write it to --dlq-topic with the reason in headers) or `skip` (log and count).
-    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key (key column NULL or
-    /// empty), invalid-topic, null-route (route-by column NULL or empty: the topic
-    /// would be the template's bare prefix, e.g. `outbox.event.`), too-large,
-    /// invalid-json, missing-column. `null-key=deliver` sends keyless rows as they
-    /// are, as Debezium does: NULL → a null Kafka key (spread over partitions, no
-    /// per-key order), empty → empty key bytes (one fixed partition). Repeatable,
-    /// applied in order, e.g. `--on-invalid dlq --on-invalid missing-column=fail`.
-    #[arg(
-        long,
-        env = "PGOUTBOX_ON_INVALID",
-        value_delimiter = ',',
-        value_name = "[CAUSE=]fail|dlq|skip|deliver"
-    )]
-    pub on_invalid: Vec<String>,
-
-    /// The time each record carries: `column` (the timestamp column, e.g.
-    /// created_at; the commit time when it is absent, NULL or unparseable),
-    /// `commit` (the transaction's commit time) or `processing` (when pgoutbox read
-    /// the row, as Debezium stamps it; a record resent after a restart gets a new
-    /// time). For the broker's append time, set the topic's
-    /// message.timestamp.type=LogAppendTime instead.
-    #[arg(long, env = "PGOUTBOX_RECORD_TIMESTAMP", value_enum, default_value_t = RecordTimestampArg::Column)]
-    pub record_timestamp: RecordTimestampArg,
-
-    /// Dead-letter topic for `--on-invalid dlq`.
-    #[arg(
-        long,
-        env = "PGOUTBOX_DLQ_TOPIC",
-        default_value = crate::outbox::invalid::DEFAULT_DLQ_TOPIC,
-        value_name = "TOPIC"
-    )]
-    pub dlq_topic: String,
+    #[command(flatten)]
+    pub records: RecordArgs,
 
     /// Stop reading WAL while this many records await a Kafka ack.
     #[arg(
@@ -573,6 +565,104 @@ pub struct RunArgs {
     /// has no environment twin, so it is never left on in a service's settings.
     #[arg(long)]
     pub accept_slot_reset: bool,
+}
+
+/// What becomes of a row on its way to Kafka beyond its mapping: the poison-row
+/// policy, the dead-letter topic and the record time. The same for `run` and
+/// `replay`, so a replayed row meets the same rules.
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// What to do with a poison row: `fail` (stop before it, the default), `dlq`
+    /// (write it to --dlq-topic with the reason in headers) or `skip` (log and count).
+    /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key (key column NULL or
+    /// empty), invalid-topic, null-route (route-by column NULL or empty: the topic
+    /// would be the template's bare prefix, e.g. `outbox.event.`), too-large,
+    /// invalid-json, missing-column. `null-key=deliver` sends keyless rows as they
+    /// are, as Debezium does: NULL → a null Kafka key (spread over partitions, no
+    /// per-key order), empty → empty key bytes (one fixed partition). Repeatable,
+    /// applied in order, e.g. `--on-invalid dlq --on-invalid missing-column=fail`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_ON_INVALID",
+        value_delimiter = ',',
+        value_name = "[CAUSE=]fail|dlq|skip|deliver"
+    )]
+    pub on_invalid: Vec<String>,
+
+    /// The time each record carries: `column` (the timestamp column, e.g.
+    /// created_at; the commit time when it is absent, NULL or unparseable),
+    /// `commit` (the transaction's commit time) or `processing` (when pgoutbox read
+    /// the row, as Debezium stamps it; a record resent after a restart gets a new
+    /// time). For the broker's append time, set the topic's
+    /// message.timestamp.type=LogAppendTime instead.
+    #[arg(long, env = "PGOUTBOX_RECORD_TIMESTAMP", value_enum, default_value_t = RecordTimestampArg::Column)]
+    pub record_timestamp: RecordTimestampArg,
+
+    /// Dead-letter topic for `--on-invalid dlq`.
+    #[arg(
+        long,
+        env = "PGOUTBOX_DLQ_TOPIC",
+        default_value = crate::outbox::invalid::DEFAULT_DLQ_TOPIC,
+        value_name = "TOPIC"
+    )]
+    pub dlq_topic: String,
+}
+
+/// `pgoutbox replay`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    #[command(flatten)]
+    pub format: FormatArgs,
+
+    #[command(flatten)]
+    pub records: RecordArgs,
+
+    /// Kafka bootstrap servers, comma-separated host:port (not needed with --dry-run).
+    #[arg(long, env = "PGOUTBOX_BROKERS", value_name = "HOST:PORT,...")]
+    pub brokers: Option<String>,
+
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+
+    /// Replay rows whose timestamp column (--timestamp-column, default created_at)
+    /// is at or after TIME: RFC 3339 (2026-12-01T10:00:00Z, 2026-12-01 10:00:00+01:00;
+    /// without an offset: UTC) or an age such as 90m, 2h, 3days (that long before now).
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+
+    /// Replay rows whose timestamp column is before TIME (same forms as --from).
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<String>,
+
+    /// Replay the rows with these event ids (the --id-column); repeatable or
+    /// comma-separated. An id not found is reported, never silently passed over.
+    #[arg(long = "id", value_delimiter = ',', value_name = "ID")]
+    pub ids: Vec<String>,
+
+    /// Replay every row of the outbox tables (with --from/--to/--id, those narrow it).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Not supported, and refused with the reason: an outbox row holds no WAL
+    /// position, so no row can be selected by LSN. Use --from/--to or --id.
+    #[arg(long, value_name = "LSN")]
+    pub since_lsn: Option<String>,
+
+    /// Send nothing: print each record that would be sent (topic, key, partition
+    /// key, headers, timestamp, value) as one JSON object per line on stdout.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Rows fetched from the cursor at a time (memory is bounded by it and by the
+    /// producer's queue, not by the number of rows replayed).
+    #[arg(long, default_value_t = 1000, value_name = "ROWS")]
+    pub batch_size: usize,
 }
 
 /// `--on-update` values.

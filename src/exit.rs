@@ -29,6 +29,7 @@ use std::error::Error;
 use crate::config::file::FileError;
 use crate::config::ConfigError;
 use crate::pipeline::PipelineError;
+use crate::replay::ReplayError;
 use crate::run::RunError;
 use crate::safety::SafetyError;
 
@@ -91,7 +92,7 @@ impl Status {
             Status::Usage => "usage or configuration error (flag, environment, config file)",
             Status::CheckFailed => "`check` found a problem; `status`: the slot is missing or lost",
             Status::Poison => {
-                "`run` stopped before a row it will not skip (poison row, --on-update fail)"
+                "`run` or `replay` stopped before a row it will not skip (poison row, --on-update fail)"
             }
             Status::SlotSafety => {
                 "`run` refused a slot or publication changed behind its back (see slot safety)"
@@ -150,6 +151,9 @@ pub fn status_of(err: &(dyn Error + 'static)) -> Status {
         if let Some(run) = cause.downcast_ref::<RunError>() {
             return of_run(run);
         }
+        if let Some(replay) = cause.downcast_ref::<ReplayError>() {
+            return of_replay(replay);
+        }
     }
     Status::Failure
 }
@@ -162,6 +166,19 @@ fn of_run(err: &RunError) -> Status {
         }
         RunError::Safety(SafetyError::State(_) | SafetyError::Catalog(_)) => Status::Failure,
         RunError::Safety(_) => Status::SlotSafety,
+        _ => Status::Failure,
+    }
+}
+
+fn of_replay(err: &ReplayError) -> Status {
+    match err {
+        ReplayError::Poison(_) => Status::Poison,
+        ReplayError::UnsafeOption(_)
+        | ReplayError::Time { .. }
+        | ReplayError::Id { .. }
+        | ReplayError::TimeColumn { .. }
+        | ReplayError::MissingColumn { .. }
+        | ReplayError::NoTable(_) => Status::Usage,
         _ => Status::Failure,
     }
 }

@@ -32,6 +32,8 @@
 //! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost,
 //!   promoted, …) and where a session resumes ([`safety::resume`]).
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.
+//! - [`replay`]: `pgoutbox replay`, events still in the outbox table sent again
+//!   (by time or id) through the relay's record path, marked `pgoutbox.replay`.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
 //! - [`ops`]: `check`, `status`, `teardown`.
 //! - [`task`]: named background tasks, joined at shutdown.
@@ -46,6 +48,7 @@ pub mod ops;
 pub mod outbox;
 pub mod pg;
 pub mod pipeline;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod safety;

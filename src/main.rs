@@ -159,6 +159,7 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
             print(&String::from_utf8_lossy(&script))
         }
         Command::Man(args) => man(args),
+        Command::Replay(args) => replay(&args, &overrides).await,
         Command::Run(args) => {
             let cfg = config::run(&args, &overrides)?;
             pgoutbox::run::run(&cfg, shutdown_on_signal())
@@ -167,6 +168,28 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `pgoutbox replay`: with --dry-run the records go to stdout and the summary to
+/// stderr (stdout stays one JSON object per line); otherwise the summary to stdout.
+async fn replay(
+    args: &pgoutbox::cli::ReplayArgs,
+    overrides: &TableOverrides,
+) -> anyhow::Result<()> {
+    let cfg = config::replay(args, overrides)?;
+    let shutdown = shutdown_on_signal();
+    let mut records = std::io::BufWriter::new(stdout());
+    let mut summary: Vec<u8> = Vec::new();
+    let result = pgoutbox::replay::run(&cfg, &mut records, &mut summary, shutdown).await;
+    records.flush().context("writing to stdout")?;
+    drop(records);
+    if args.dry_run {
+        eprint!("{}", String::from_utf8_lossy(&summary));
+    } else {
+        print(&String::from_utf8_lossy(&summary))?;
+    }
+    result.context("replay failed")?;
+    Ok(())
 }
 
 /// `pgoutbox man`: one page to stdout, or every page into a directory.

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs,
-    RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordArgs, RecordTimestampArg,
+    ReplayArgs, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
@@ -38,6 +38,7 @@ use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::replay::{RawSelection, ReplayConfig, Selection, SelectionError};
 use crate::run::RunConfig;
 use crate::safety::SafetyConfig;
 use crate::secret::Secret;
@@ -94,6 +95,9 @@ pub enum ConfigError {
     /// A `--placement` that does not parse.
     #[error(transparent)]
     Placement(#[from] PlacementError),
+    /// A replay selection that cannot be used.
+    #[error(transparent)]
+    Replay(#[from] SelectionError),
     /// A topic template that can never render a legal topic name.
     #[error("invalid {origin} {template:?}: {reason}")]
     TopicTemplate {
@@ -383,12 +387,8 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             OnUpdateArg::Warn => OnUpdate::Warn,
             OnUpdateArg::Fail => OnUpdate::Fail,
         },
-        invalid: InvalidPolicy::parse(&args.on_invalid, &args.dlq_topic)?,
-        record_timestamp: match args.record_timestamp {
-            RecordTimestampArg::Column => RecordTimestamp::Column,
-            RecordTimestampArg::Commit => RecordTimestamp::Commit,
-            RecordTimestampArg::Processing => RecordTimestamp::Processing,
-        },
+        invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
+        record_timestamp: record_timestamp(&args.records),
         max_in_flight_records: args.max_in_flight,
         max_in_flight_bytes: args.max_in_flight_bytes,
         drain_timeout: args.drain_timeout,
@@ -415,6 +415,67 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
+    })
+}
+
+fn record_timestamp(args: &RecordArgs) -> RecordTimestamp {
+    match args.record_timestamp {
+        RecordTimestampArg::Column => RecordTimestamp::Column,
+        RecordTimestampArg::Commit => RecordTimestamp::Commit,
+        RecordTimestampArg::Processing => RecordTimestamp::Processing,
+    }
+}
+
+/// Validate `replay` arguments: the same tables, mapping, record format, poison
+/// policy and producer settings as `run`, and a selection.
+pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayConfig, ConfigError> {
+    if args.source.tables.iter().all(|t| t.trim().is_empty()) {
+        return Err(SelectionError::NoTable.into());
+    }
+    let selection = Selection::parse(&RawSelection {
+        from: args.from.as_deref(),
+        to: args.to.as_deref(),
+        ids: &args.ids,
+        all: args.all,
+        since_lsn: args.since_lsn.as_deref(),
+    })?;
+    let source = source(&args.source)?;
+    let routing = RoutingConfig::from_args(&args.routing, overrides)?;
+    let (format, placements) = format(&args.format)?;
+    let mut tables = routing.specs(&source.tables)?;
+    for spec in &mut tables {
+        spec.mapping.placements.clone_from(&placements);
+    }
+    let kafka = match args.dry_run {
+        true => None,
+        false => {
+            let brokers = args.brokers.as_deref().unwrap_or("").trim().to_owned();
+            if brokers.is_empty() {
+                return Err(ConfigError::NoBrokers);
+            }
+            Some((brokers, kafka_options(&args.kafka)?))
+        }
+    };
+    let pipeline = PipelineConfig {
+        tables,
+        format,
+        publication: source.publication.clone(),
+        on_update: OnUpdate::Ignore,
+        invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
+        record_timestamp: record_timestamp(&args.records),
+        // Unused by replay (it bounds its own window), valid values all the same.
+        max_in_flight_records: crate::replay::MAX_IN_FLIGHT,
+        max_in_flight_bytes: usize::MAX,
+        drain_timeout: Duration::from_secs(30),
+        status_interval: Duration::from_millis(100),
+        stall_timeout: None,
+    };
+    Ok(ReplayConfig {
+        source,
+        pipeline,
+        selection,
+        kafka,
+        batch_size: args.batch_size.max(1),
     })
 }
 

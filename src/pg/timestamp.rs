@@ -16,6 +16,11 @@ pub fn to_unix_micros(pg_micros: i64) -> i64 {
     pg_micros.saturating_add(PG_EPOCH_OFFSET_MICROS)
 }
 
+/// A PostgreSQL timestamp for microseconds since the Unix epoch.
+pub fn from_unix_micros(unix_micros: i64) -> i64 {
+    unix_micros.saturating_sub(PG_EPOCH_OFFSET_MICROS)
+}
+
 /// The current time as a PostgreSQL timestamp (for standby status updates).
 pub fn now_pg_micros() -> i64 {
     let unix = SystemTime::now()

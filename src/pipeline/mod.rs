@@ -14,6 +14,8 @@
 //!   tick, drain deadline) and persists before it confirms;
 //! - `relay/`: [`relay::Relay`], the sans-I/O core — every decision, unit tested
 //!   without a server (`relay/tests/`);
+//! - `record.rs`: [`record::build`], outbox row → record, and [`record::poison`],
+//!   `--on-invalid` applied (shared with `pgoutbox replay`);
 //! - `sink.rs`: [`sink::Sink`], where the core hands records (the real [`KafkaSink`]
 //!   or a test's `Vec`);
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;
@@ -50,6 +52,7 @@
 mod error;
 pub mod latency;
 mod progress;
+pub mod record;
 pub mod relay;
 mod session;
 pub mod sink;

@@ -31,6 +31,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::error::PipelineError;
+use super::record::{self, Built, RowAt};
 use super::sink::Sink;
 use super::stall::{RecordRef, Stall, StallWatch};
 use super::tag::DeliveryTag;
@@ -38,13 +39,9 @@ use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, DeliveryError, SendError};
 use crate::metrics::Metrics;
-use crate::outbox::event::{OutboxEvent, ResolvedMapping};
-use crate::outbox::invalid::{
-    self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow, Verdict,
-};
+use crate::outbox::invalid::{self, Cause, Invalid, Origin};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
-use crate::outbox::trace;
 use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
 use crate::pg::pgoutput::{Decoder, Insert, PgOutputMessage};
@@ -55,13 +52,6 @@ use crate::pg::timestamp;
 struct Txn {
     no: u64,
     commit_time: i64,
-}
-
-/// Where a row about to be sent came from, and its verdict.
-struct Row<'t> {
-    table: &'t TableName,
-    lsn: Lsn,
-    verdict: Verdict,
 }
 
 /// A record that met a full producer queue, to be sent again before anything else.
@@ -318,24 +308,11 @@ impl<'a> Relay<'a> {
             RelationRoute::NotOutbox(table) => return Err(self.unmapped(table, lsn)),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
-                let stamp = self.cfg.record_timestamp;
-                let timestamp_ms = stamp.millis(event.timestamp.as_deref(), commit_time);
-                let mut record = KafkaRecord::from_event(&event, template, timestamp_ms);
-                record.placed = mapping.headers(&event);
-                let route = event.route_value.as_deref();
-                let unchecked = mapping.payload_unchecked();
-                match invalid::diagnose(&record, route, template, unchecked, &self.cfg.invalid) {
-                    Verdict::Poison(invalid) => (record, invalid, table),
-                    verdict => {
-                        let row = Row {
-                            table,
-                            lsn,
-                            verdict,
-                        };
-                        let mut record = self.finish(record, &event, mapping, row);
-                        // Converters run after the checks, which read the raw text (a
-                        // delivered NULL key becomes JsonConverter's `null` here).
-                        self.cfg.format.encode(&mut record, &event, mapping);
+                let at = RowAt { table, lsn };
+                let found = (&**mapping, template);
+                match record::build(self.cfg, &self.metrics, found, &event, commit_time, at) {
+                    Built::Poison(record, invalid) => (record, invalid, table),
+                    Built::Send(record) => {
                         let at = self.at;
                         self.watch
                             .sent(no, Instant::now(), || first(&record, table, at));
@@ -354,37 +331,6 @@ impl<'a> Relay<'a> {
             lsn: Some(lsn.to_string()),
         };
         self.poison(sink, invalid, record, no, origin)
-    }
-
-    /// A record about to go out: count a keyless row delivered by policy, and add the
-    /// trace-context headers (a malformed context is counted and logged, and the
-    /// record goes without it: tracing never holds an event back).
-    fn finish(
-        &self,
-        mut record: KafkaRecord,
-        event: &OutboxEvent,
-        mapping: &ResolvedMapping,
-        row: Row<'_>,
-    ) -> KafkaRecord {
-        if let Verdict::NullKeyDelivered(what) = row.verdict {
-            self.metrics.invalid_row(Cause::NullKey, Action::Deliver);
-            tracing::debug!(event_id = %record.id_text(), table = %row.table, lsn = %row.lsn, "delivering a row whose key column is {what} (--on-invalid null-key=deliver)");
-        }
-        let Some(keys) = mapping.trace_keys() else {
-            return record;
-        };
-        let found = trace::extract(event.trace_context.as_ref(), keys);
-        self.metrics.trace_context(found.outcome());
-        if let Some(problem) = &found.problem {
-            tracing::warn!(event_id = %record.id_text(), table = %row.table, lsn = %row.lsn, error = %problem, "trace context not propagated as is (--trace-context); the record is sent");
-        }
-        if let Some(parent) = found.traceparent {
-            record.headers.push((trace::TRACEPARENT, parent));
-        }
-        if let Some(state) = found.tracestate {
-            record.headers.push((trace::TRACESTATE, state));
-        }
-        record
     }
 
     /// A row of a published table the relay does not map: passing it would confirm
@@ -490,22 +436,10 @@ impl<'a> Relay<'a> {
         txn: u64,
         size: usize,
     ) -> Result<(), PipelineError> {
-        if !err.is_too_large()
-            || err.topic == self.cfg.invalid.dlq_topic
-            || self.cfg.invalid.action(Cause::TooLarge) == Action::Fail
-        {
+        let commit_ms = unix_ms(self.tracker.commit_time(txn)?);
+        let Some((record, invalid)) = record::refused(self.cfg, &err, size, commit_ms) else {
             return Err(err.into());
-        }
-        let refused = err.refused.as_deref();
-        let (record, invalid) = invalid::refused_by_broker(BrokerRefusal {
-            topic: &err.topic,
-            event_id: &err.event_id,
-            key: refused.and_then(|r| r.key.clone()),
-            event_type: refused.and_then(|r| r.event_type.clone()),
-            reason: &err.reason,
-            size,
-            commit_ms: unix_ms(self.tracker.commit_time(txn)?),
-        });
+        };
         self.poison(sink, invalid, record, txn, Origin::default())
     }
 
@@ -520,27 +454,11 @@ impl<'a> Relay<'a> {
         txn: u64,
         origin: Origin,
     ) -> Result<(), PipelineError> {
-        let action = self.cfg.invalid.action(invalid.cause);
-        self.metrics.invalid_row(invalid.cause, action);
-        let event_id = record.id_text();
-        if action == Action::Fail {
-            let row = PoisonRow::new(invalid, event_id, origin);
-            return Err(PipelineError::Invalid(Box::new(row)));
-        }
-        tracing::warn!(
-            cause = invalid.cause.name(),
-            reason = %invalid.reason,
-            event_id,
-            table = origin.table.as_deref().unwrap_or(""),
-            lsn = origin.lsn.as_deref().unwrap_or(""),
-            action = action.name(),
-            "poison row: {} (--on-invalid)",
-            if action == Action::Skip { "skipping" } else { "dead-lettering" }
-        );
-        if action == Action::Skip {
-            return Ok(());
-        }
-        let letter = invalid::dead_letter(&record, &invalid, &origin, &self.cfg.invalid.dlq_topic);
+        let letter = record::poison(self.cfg, &self.metrics, invalid, &record, &origin)
+            .map_err(PipelineError::Invalid)?;
+        let Some(letter) = letter else {
+            return Ok(()); // skipped: never enters the tracker
+        };
         let (table, at) = (origin.table.as_deref().unwrap_or(""), self.at);
         self.watch
             .sent(txn, Instant::now(), || first(&letter, table, at));
