@@ -22,6 +22,7 @@
 //! reported (in every XLogData and keepalive message) minus the LSN it last
 //! confirmed to the server, refreshed at each status tick (100 ms).
 
+pub mod heartbeat;
 mod process;
 pub mod role;
 
@@ -72,6 +73,18 @@ pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
 pub const STALLS: &str = "pgoutbox_stalls_total";
 /// librdkafka client errors and warnings, logged or not (an outage logs few lines).
 pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
+/// Round trip of the last heartbeat seen: emitted → back through the stream.
+pub const HEARTBEAT_ROUND_TRIP: &str = "pgoutbox_heartbeat_round_trip_seconds";
+/// Seconds since this relay's last heartbeat came back.
+pub const HEARTBEAT_AGE: &str = "pgoutbox_heartbeat_age_seconds";
+/// Heartbeats emitted.
+pub const HEARTBEATS_SENT: &str = "pgoutbox_heartbeats_sent_total";
+/// This relay's heartbeats seen back in its replication stream.
+pub const HEARTBEATS_SEEN: &str = "pgoutbox_heartbeats_seen_total";
+/// Heartbeat emissions that failed (SQL connection down, read-only server, …).
+pub const HEARTBEATS_FAILED: &str = "pgoutbox_heartbeats_failed_total";
+/// Heartbeats of other relays (other slots, earlier processes) seen and ignored.
+pub const HEARTBEATS_FOREIGN: &str = "pgoutbox_heartbeats_foreign_total";
 /// One series per [`Role`], 1 for the current one.
 pub const ROLE: &str = "pgoutbox_role";
 /// Constant 1, labelled with the version and the librdkafka version.
@@ -110,6 +123,8 @@ pub struct Metrics {
     stall: Mutex<String>,
     /// A [`Role`] as its number.
     role: AtomicU8,
+    /// The end-to-end heartbeat ([`crate::heartbeat`]).
+    pub heartbeat: heartbeat::HeartbeatState,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -217,8 +232,12 @@ impl Metrics {
     }
 
     /// What the relay does with the slot now.
+    /// Becoming active starts the heartbeat's age afresh.
     pub fn set_role(&self, role: Role) {
-        self.role.store(role as u8, Ordering::Relaxed);
+        let before = self.role.swap(role as u8, Ordering::Relaxed);
+        if role == Role::Active && before != Role::Active as u8 {
+            self.heartbeat.arm();
+        }
     }
 
     /// The current role.
@@ -236,6 +255,7 @@ impl Metrics {
             replication: self.replication_connected.load(Ordering::Relaxed),
             producer: self.producer_connected.load(Ordering::Relaxed),
             stalled,
+            heartbeat: self.heartbeat.health_line(),
         }
     }
 
@@ -401,9 +421,57 @@ impl Metrics {
             "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
             self.stalls.load(Ordering::Relaxed),
         );
+        self.render_heartbeat(&mut out);
         self.render_identity(&mut out);
         process::Sample::read().render(&mut out);
         out
+    }
+
+    /// The heartbeat's counters, and its gauges while it is on.
+    fn render_heartbeat(&self, out: &mut String) {
+        let h = &self.heartbeat;
+        for (name, help, n) in [
+            (
+                HEARTBEATS_SENT,
+                "Heartbeats emitted (pg_logical_emit_message, --heartbeat-interval).",
+                &h.sent,
+            ),
+            (
+                HEARTBEATS_SEEN,
+                "This relay's heartbeats seen back in its replication stream.",
+                &h.seen,
+            ),
+            (
+                HEARTBEATS_FAILED,
+                "Heartbeat emissions that failed (retried at the next interval).",
+                &h.failed,
+            ),
+            (
+                HEARTBEATS_FOREIGN,
+                "Heartbeats of other relays or earlier processes seen and ignored.",
+                &h.foreign,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        if let Some(age) = h.age() {
+            let _ = writeln!(
+                out,
+                "# HELP {HEARTBEAT_AGE} Seconds since this relay's last heartbeat came back through its stream (or since it became active); /readyz fails past --heartbeat-max-age.\n# TYPE {HEARTBEAT_AGE} gauge\n{HEARTBEAT_AGE} {}",
+                age.as_secs_f64()
+            );
+        }
+        if let Some(rtt) = h.round_trip() {
+            let _ = writeln!(
+                out,
+                "# HELP {HEARTBEAT_ROUND_TRIP} Time from emitting the last heartbeat seen to reading it back from the replication stream.\n# TYPE {HEARTBEAT_ROUND_TRIP} gauge\n{HEARTBEAT_ROUND_TRIP} {}",
+                rtt.as_secs_f64()
+            );
+        }
     }
 
     /// The role gauge and the build information.
