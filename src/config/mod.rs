@@ -720,4 +720,18 @@ mod tests {
         let err = routing.specs(&tables).unwrap_err().to_string();
         assert!(err.contains("invalid --trace-context \".x\""), "{err}");
     }
+
+    #[test]
+    fn heartbeat_zero_is_off_and_the_max_age_is_at_least_the_interval() {
+        let s = Duration::from_secs;
+        let off = heartbeat(Duration::ZERO, s(1)).unwrap();
+        assert_eq!(off.interval, None, "0 turns it off, whatever the max age");
+        let on = heartbeat(s(10), s(10)).unwrap();
+        assert_eq!((on.interval, on.max_age), (Some(s(10)), s(10)));
+        let err = heartbeat(s(10), s(5)).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--heartbeat-max-age 5s is shorter than --heartbeat-interval 10s: /readyz would fail between any two heartbeats; fix: set --heartbeat-max-age to a few intervals (e.g. 1m), or --heartbeat-interval 0 to turn the heartbeat off"
+        );
+    }
 }

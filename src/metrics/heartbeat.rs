@@ -5,12 +5,16 @@
 //! Times are microseconds on one monotonic clock of the process ([`mono_us`]), so a
 //! wall-clock step never makes a heartbeat look fresh or stale.
 //!
+//! The age is that of the newest heartbeat seen back — now minus its *emit* time — so
+//! a heartbeat that sat in a buffer through a pause proves nothing fresh.
+//!
 //! Invariants: nothing here judges staleness unless the heartbeat is
 //! [enabled](HeartbeatState::enable) (off, or PostgreSQL 13, leaves `/readyz` alone);
-//! the age counts from the later of the last heartbeat seen and the moment the relay
-//! last became active ([`HeartbeatState::arm`]), so a relay that just took over the
-//! slot is not stale because of an earlier owner's silence; `stale` flips at most once
-//! each way per episode, so the WARN and the INFO it drives are logged once.
+//! the age counts from the later of that emit time and the moment the relay last
+//! became active ([`HeartbeatState::arm`]), so a relay that just took over the slot is
+//! not stale because of an earlier owner's silence; `stale` flips at most once each
+//! way per episode (back only on a heartbeat within the maximum age), so the WARN and
+//! the INFO it drives are logged once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -49,7 +53,9 @@ pub struct HeartbeatState {
     max_age_us: AtomicU64,
     /// When the relay last became active ([`mono_us`]).
     armed_us: AtomicU64,
-    /// When this relay's last heartbeat came back (0: never).
+    /// Emit time of the newest of this relay's heartbeats seen back (0: none).
+    emitted_us: AtomicU64,
+    /// When the last one came back.
     seen_at_us: AtomicU64,
     round_trip_us: AtomicU64,
     stale: AtomicBool,
@@ -113,14 +119,15 @@ impl HeartbeatState {
     /// a stale episode, if this is one.
     pub fn seen(&self, sent_us: u64) -> Option<Staleness> {
         let now = mono_us();
-        let age = self.age_at(now);
+        let silent = self.age_at(now);
         self.round_trip_us
             .store(now.saturating_sub(sent_us), Ordering::Relaxed);
+        self.emitted_us.fetch_max(sent_us, Ordering::Relaxed);
         self.seen_at_us.store(now, Ordering::Relaxed);
         self.seen.fetch_add(1, Ordering::Relaxed);
-        self.stale
-            .swap(false, Ordering::Relaxed)
-            .then_some(Staleness::Recovered { age })
+        let fresh = self.age_at(now) <= self.max_age();
+        (fresh && self.stale.swap(false, Ordering::Relaxed))
+            .then_some(Staleness::Recovered { age: silent })
     }
 
     /// The start of a stale episode, when one starts now (enabled only).
@@ -137,8 +144,8 @@ impl HeartbeatState {
         (age > self.max_age()).then_some(age)
     }
 
-    /// How long since this relay's last heartbeat came back (or since it became
-    /// active, if later); `None` while disabled.
+    /// The age of the newest of this relay's heartbeats seen back (counted from when
+    /// the relay became active, if later); `None` while disabled.
     pub fn age(&self) -> Option<Duration> {
         self.enabled().then(|| self.age_at(mono_us()))
     }
@@ -156,7 +163,7 @@ impl HeartbeatState {
 
     fn age_at(&self, now: u64) -> Duration {
         let since = self
-            .seen_at_us
+            .emitted_us
             .load(Ordering::Relaxed)
             .max(self.armed_us.load(Ordering::Relaxed));
         Duration::from_micros(now.saturating_sub(since))
@@ -170,7 +177,7 @@ impl HeartbeatState {
         if age > max_age {
             return Some((
                 format!(
-                    "heartbeat: stale: none of this relay's heartbeats came back through the replication stream for {:.1}s (--heartbeat-max-age {}); the stream delivers nothing: check the walsender (pg_stat_replication) and the log",
+                    "heartbeat: stale: the newest heartbeat back through the replication stream is {:.1}s old (--heartbeat-max-age {}); the stream delivers nothing: check the walsender (pg_stat_replication) and the log",
                     age.as_secs_f64(),
                     humantime::format_duration(max_age)
                 ),
@@ -179,7 +186,7 @@ impl HeartbeatState {
         }
         let line = match self.round_trip() {
             Some(rtt) => format!(
-                "heartbeat: ok, last seen {:.1}s ago, round trip {:.3}s",
+                "heartbeat: ok, age {:.1}s, round trip {:.3}s",
                 age.as_secs_f64(),
                 rtt.as_secs_f64()
             ),
@@ -204,25 +211,44 @@ mod tests {
         assert!(h.health_line().is_none());
     }
 
+    /// A state whose maximum age (1 µs) has passed, but that is not judged yet.
+    fn overdue() -> HeartbeatState {
+        let h = HeartbeatState::default();
+        h.enable(Duration::from_secs(3600));
+        h.max_age_us.store(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2)); // the age must pass 1 µs
+        h
+    }
+
     #[test]
     fn goes_stale_once_and_recovers_once() {
-        let h = HeartbeatState::default();
-        h.enable(Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(2)); // the age must pass a zero max age
+        let h = overdue();
         let Some(Staleness::BecameStale { max_age, .. }) = h.check() else {
             panic!("not stale");
         };
-        assert_eq!(max_age, Duration::ZERO);
+        assert_eq!(max_age, Duration::from_micros(1));
         assert_eq!(h.check(), None, "logged once per episode");
         let (line, stale) = h.health_line().unwrap();
         assert!(stale);
         assert!(line.starts_with("heartbeat: stale: "), "{line}");
-        assert!(line.contains("--heartbeat-max-age 0s"), "{line}");
+        assert!(line.contains("--heartbeat-max-age 1us"), "{line}");
+        h.max_age_us.store(3_600_000_000, Ordering::Relaxed);
         assert!(matches!(
             h.seen(mono_us()),
             Some(Staleness::Recovered { .. })
         ));
         assert_eq!(h.seen(mono_us()), None, "recovered once");
+    }
+
+    #[test]
+    fn a_heartbeat_older_than_the_max_age_does_not_end_an_episode() {
+        let h = overdue();
+        let old = mono_us();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(h.check().is_some());
+        assert_eq!(h.seen(old), None, "emitted before the pause: still stale");
+        assert!(h.stale_age().is_some());
+        assert!(h.health_line().unwrap().1);
     }
 
     #[test]
@@ -241,7 +267,7 @@ mod tests {
         assert!(h.age().unwrap() < Duration::from_secs(3600));
         let (line, stale) = h.health_line().unwrap();
         assert!(!stale);
-        assert!(line.starts_with("heartbeat: ok, last seen "), "{line}");
+        assert!(line.starts_with("heartbeat: ok, age "), "{line}");
         h.disable();
         assert!(h.health_line().is_none());
     }

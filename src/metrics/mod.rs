@@ -75,7 +75,7 @@ pub const STALLS: &str = "pgoutbox_stalls_total";
 pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
 /// Round trip of the last heartbeat seen: emitted → back through the stream.
 pub const HEARTBEAT_ROUND_TRIP: &str = "pgoutbox_heartbeat_round_trip_seconds";
-/// Seconds since this relay's last heartbeat came back.
+/// Age of the newest heartbeat of this relay seen back (now − its emit time).
 pub const HEARTBEAT_AGE: &str = "pgoutbox_heartbeat_age_seconds";
 /// Heartbeats emitted.
 pub const HEARTBEATS_SENT: &str = "pgoutbox_heartbeats_sent_total";
@@ -461,7 +461,7 @@ impl Metrics {
         if let Some(age) = h.age() {
             let _ = writeln!(
                 out,
-                "# HELP {HEARTBEAT_AGE} Seconds since this relay's last heartbeat came back through its stream (or since it became active); /readyz fails past --heartbeat-max-age.\n# TYPE {HEARTBEAT_AGE} gauge\n{HEARTBEAT_AGE} {}",
+                "# HELP {HEARTBEAT_AGE} Age (now minus emit time) of the newest heartbeat of this relay seen back through its replication stream, counted from when it became active at most; /readyz fails past --heartbeat-max-age.\n# TYPE {HEARTBEAT_AGE} gauge\n{HEARTBEAT_AGE} {}",
                 age.as_secs_f64()
             );
         }
