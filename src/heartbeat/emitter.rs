@@ -172,7 +172,7 @@ impl Failures {
             error = %crate::report::Report(err),
             server = %target.conninfo.redacted(),
             failures = self.count,
-            "cannot emit a heartbeat (retrying every interval; logged at most once a minute): the relay keeps relaying, /readyz fails once --heartbeat-max-age passes without one; fix: let the relay's user run pg_logical_emit_message on the primary"
+            "cannot emit a heartbeat (retrying every interval; logged at most once a minute): the relay keeps relaying, /readyz fails once --heartbeat-max-age passes without one; fix: make the server the stream reads from reachable and writable for the relay's user (pg_logical_emit_message needs a primary and EXECUTE on it)"
         );
     }
 
@@ -181,5 +181,77 @@ impl Failures {
             tracing::info!(failures = self.count, seq, "heartbeat emission works again");
         }
         *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::heartbeat::Identity;
+    use crate::pg::conninfo::ConnInfo;
+
+    /// An emitter of an active relay whose stream's server refuses connections.
+    fn unreachable() -> (Emitter, Arc<Metrics>, watch::Sender<Option<Target>>) {
+        let metrics = Arc::new(Metrics::default());
+        metrics.set_role(Role::Active);
+        metrics.heartbeat.identify(Identity {
+            slot: "s".into(),
+            relay: "1-a".into(),
+        });
+        let conninfo = ConnInfo::parse_with_env(
+            "postgres://relay@127.0.0.1:1/db?sslmode=disable&connect_timeout=5",
+            &|_| None,
+        )
+        .unwrap();
+        let target = Target {
+            conninfo,
+            server_version: 170_000,
+        };
+        let (tx, rx) = watch::channel(Some(target));
+        let emitter = Emitter::new(Duration::from_secs(1), metrics.clone(), rx);
+        (emitter, metrics, tx)
+    }
+
+    fn counter(metrics: &Metrics, name: &str) -> String {
+        let text = metrics.render();
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+        line.unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_failed_emission_is_counted_and_retried_never_fatal() {
+        let (mut emitter, metrics, _tx) = unreachable();
+        emitter.tick().await;
+        emitter.tick().await;
+        assert_eq!(
+            counter(&metrics, "pgoutbox_heartbeats_failed_total"),
+            "pgoutbox_heartbeats_failed_total 2",
+            "each interval tries again"
+        );
+        assert_eq!(
+            counter(&metrics, "pgoutbox_heartbeats_sent_total"),
+            "pgoutbox_heartbeats_sent_total 0"
+        );
+        assert_eq!(emitter.failures.count, 2);
+        assert!(emitter.conn.is_none());
+    }
+
+    #[tokio::test]
+    async fn nothing_is_emitted_by_a_standby_or_to_postgres_13() {
+        let (mut emitter, metrics, tx) = unreachable();
+        metrics.set_role(Role::Standby);
+        emitter.tick().await;
+        metrics.set_role(Role::Active);
+        tx.send_modify(|t| {
+            if let Some(t) = t {
+                t.server_version = 130_012;
+            }
+        });
+        emitter.tick().await;
+        assert_eq!(
+            counter(&metrics, "pgoutbox_heartbeats_failed_total"),
+            "pgoutbox_heartbeats_failed_total 0",
+            "not even tried"
+        );
     }
 }

@@ -458,19 +458,16 @@ impl Metrics {
                 n.load(Ordering::Relaxed)
             );
         }
-        if let Some(age) = h.age() {
-            let _ = writeln!(
-                out,
-                "# HELP {HEARTBEAT_AGE} Age (now minus emit time) of the newest heartbeat of this relay seen back through its replication stream, counted from when it became active at most; /readyz fails past --heartbeat-max-age.\n# TYPE {HEARTBEAT_AGE} gauge\n{HEARTBEAT_AGE} {}",
-                age.as_secs_f64()
-            );
-        }
-        if let Some(rtt) = h.round_trip() {
-            let _ = writeln!(
-                out,
-                "# HELP {HEARTBEAT_ROUND_TRIP} Time from emitting the last heartbeat seen to reading it back from the replication stream.\n# TYPE {HEARTBEAT_ROUND_TRIP} gauge\n{HEARTBEAT_ROUND_TRIP} {}",
-                rtt.as_secs_f64()
-            );
+        // Declared always (alert rules may name them), sampled only when known: no
+        // age while the heartbeat is off, no round trip before the first one.
+        for (name, help, value) in [
+            (HEARTBEAT_AGE, "Age (now minus emit time) of the newest heartbeat of this relay seen back through its replication stream, counted from when it became active at most; /readyz fails past --heartbeat-max-age. Absent while the heartbeat is off.", h.age()),
+            (HEARTBEAT_ROUND_TRIP, "Time from emitting the last heartbeat seen to reading it back from the replication stream.", h.round_trip()),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            if let Some(v) = value {
+                let _ = writeln!(out, "{name} {}", v.as_secs_f64());
+            }
         }
     }
 
