@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{Beat, Target, MIN_SERVER_VERSION, PREFIX};
-use crate::metrics::heartbeat::{mono_us, Staleness};
+use crate::metrics::heartbeat::{mono_us, Identity, Staleness};
 use crate::metrics::{Metrics, Role};
 use crate::pg::conninfo::HostAddr;
 
@@ -46,6 +46,7 @@ struct Conn {
 
 /// The task's state.
 pub(super) struct Emitter {
+    me: Identity,
     interval: Duration,
     metrics: Arc<Metrics>,
     target: watch::Receiver<Option<Target>>,
@@ -56,11 +57,13 @@ pub(super) struct Emitter {
 
 impl Emitter {
     pub(super) fn new(
+        me: Identity,
         interval: Duration,
         metrics: Arc<Metrics>,
         target: watch::Receiver<Option<Target>>,
     ) -> Self {
         Self {
+            me,
             interval,
             metrics,
             target,
@@ -80,7 +83,12 @@ impl Emitter {
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
-                _ = emit.tick() => self.tick().await,
+                // An emission may wait for a server: shutdown does not wait for it.
+                _ = emit.tick() => tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break,
+                    _ = self.tick() => {}
+                },
                 _ = check.tick() => self.check(),
             }
         }
@@ -137,11 +145,12 @@ impl Emitter {
                 .map_err(|_| EmitError::Timeout(EMIT_TIMEOUT))??;
             self.conn = Some(Conn { host, client });
         }
-        let (Some(conn), Some(me)) = (&self.conn, self.metrics.heartbeat.identity()) else {
-            return Ok(());
+        let Some(conn) = &self.conn else {
+            return Ok(()); // just connected
         };
         self.seq += 1;
-        let content = Beat::new(&me.slot, &me.relay, self.seq, mono_us()).to_content();
+        let (slot, relay) = (&self.me.slot, &self.me.relay);
+        let content = Beat::new(slot, relay, self.seq, mono_us()).to_content();
         let sql = "SELECT pg_logical_emit_message(false, $1::text, $2::text)";
         tokio::time::timeout(EMIT_TIMEOUT, conn.client.execute(sql, &[&PREFIX, &content]))
             .await
@@ -194,10 +203,10 @@ mod tests {
     fn unreachable() -> (Emitter, Arc<Metrics>, watch::Sender<Option<Target>>) {
         let metrics = Arc::new(Metrics::default());
         metrics.set_role(Role::Active);
-        metrics.heartbeat.identify(Identity {
+        let me = Identity {
             slot: "s".into(),
             relay: "1-a".into(),
-        });
+        };
         let conninfo = ConnInfo::parse_with_env(
             "postgres://relay@127.0.0.1:1/db?sslmode=disable&connect_timeout=5",
             &|_| None,
@@ -208,7 +217,7 @@ mod tests {
             server_version: 170_000,
         };
         let (tx, rx) = watch::channel(Some(target));
-        let emitter = Emitter::new(Duration::from_secs(1), metrics.clone(), rx);
+        let emitter = Emitter::new(me, Duration::from_secs(1), metrics.clone(), rx);
         (emitter, metrics, tx)
     }
 

@@ -77,6 +77,7 @@ struct Target {
 /// The heartbeat of one `run`: its settings, identity and the stream's server.
 pub struct Heartbeat {
     cfg: HeartbeatConfig,
+    me: Identity,
     metrics: Arc<Metrics>,
     target: watch::Sender<Option<Target>>,
 }
@@ -84,12 +85,14 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// The heartbeat of the relay on `slot` (identified in `metrics`).
     pub fn new(cfg: HeartbeatConfig, slot: &str, metrics: Arc<Metrics>) -> Self {
-        metrics.heartbeat.identify(Identity {
+        let me = Identity {
             slot: slot.to_owned(),
             relay: relay_id(),
-        });
+        };
+        metrics.heartbeat.identify(me.clone());
         Self {
             cfg,
+            me,
             metrics,
             target: watch::Sender::new(None),
         }
@@ -101,8 +104,12 @@ impl Heartbeat {
             tracing::info!("heartbeat off (--heartbeat-interval 0): /readyz cannot tell a silent stream from an idle one");
             return;
         };
-        let emitter =
-            emitter::Emitter::new(interval, self.metrics.clone(), self.target.subscribe());
+        let emitter = emitter::Emitter::new(
+            self.me.clone(),
+            interval,
+            self.metrics.clone(),
+            self.target.subscribe(),
+        );
         tasks.spawn("heartbeat", emitter.run(stop));
     }
 
@@ -156,7 +163,7 @@ pub fn returned(metrics: &Metrics, message: &LogicalMessage) {
         tracing::debug!(slot = %beat.slot, relay = %beat.relay, seq = beat.seq, "ignoring another relay's heartbeat");
         return;
     }
-    if let Some(Staleness::Recovered { age }) = state.seen(beat.mono_us) {
+    if let Some(Staleness::Recovered { age }) = state.seen(beat.seq, beat.mono_us) {
         tracing::info!(
             seq = beat.seq,
             silent_s = format!("{:.1}", age.as_secs_f64()),

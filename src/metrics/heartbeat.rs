@@ -57,6 +57,9 @@ pub struct HeartbeatState {
     emitted_us: AtomicU64,
     /// When the last one came back.
     seen_at_us: AtomicU64,
+    /// Highest sequence number seen back: one read again after a reconnect (the
+    /// session resumes from the slot) is not counted twice.
+    last_seq: AtomicU64,
     round_trip_us: AtomicU64,
     stale: AtomicBool,
     pub(super) sent: AtomicU64,
@@ -115,9 +118,13 @@ impl HeartbeatState {
         self.foreign.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// This relay's heartbeat emitted at `sent_us` came back now. Returns the end of
-    /// a stale episode, if this is one.
-    pub fn seen(&self, sent_us: u64) -> Option<Staleness> {
+    /// This relay's heartbeat `seq` emitted at `sent_us` came back now. Returns the
+    /// end of a stale episode, if this is one. A heartbeat seen before (read again
+    /// after a reconnect) changes nothing.
+    pub fn seen(&self, seq: u64, sent_us: u64) -> Option<Staleness> {
+        if self.last_seq.fetch_max(seq, Ordering::Relaxed) >= seq {
+            return None;
+        }
         let now = mono_us();
         let silent = self.age_at(now);
         self.round_trip_us
@@ -234,10 +241,10 @@ mod tests {
         assert!(line.contains("--heartbeat-max-age 1us"), "{line}");
         h.max_age_us.store(3_600_000_000, Ordering::Relaxed);
         assert!(matches!(
-            h.seen(mono_us()),
+            h.seen(1, mono_us()),
             Some(Staleness::Recovered { .. })
         ));
-        assert_eq!(h.seen(mono_us()), None, "recovered once");
+        assert_eq!(h.seen(2, mono_us()), None, "recovered once");
     }
 
     #[test]
@@ -246,7 +253,11 @@ mod tests {
         let old = mono_us();
         std::thread::sleep(Duration::from_millis(2));
         assert!(h.check().is_some());
-        assert_eq!(h.seen(old), None, "emitted before the pause: still stale");
+        assert_eq!(
+            h.seen(1, old),
+            None,
+            "emitted before the pause: still stale"
+        );
         assert!(h.stale_age().is_some());
         assert!(h.health_line().unwrap().1);
     }
@@ -262,8 +273,10 @@ mod tests {
             "{line}"
         );
         let sent = mono_us();
-        assert_eq!(h.seen(sent), None);
+        assert_eq!(h.seen(1, sent), None);
         assert!(h.round_trip().is_some());
+        h.seen(1, sent);
+        assert_eq!(h.seen.load(Ordering::Relaxed), 1, "read again: not counted");
         assert!(h.age().unwrap() < Duration::from_secs(3600));
         let (line, stale) = h.health_line().unwrap();
         assert!(!stale);

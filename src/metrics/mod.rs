@@ -2,8 +2,9 @@
 //!
 //! Owns the metric names (constants below) and the shared [`Metrics`] value the
 //! pipeline, the producer callback, `run` and the HTTP endpoint use. [`role`] holds
-//! the active/standby state and what `/readyz` makes of it; `process` the standard
-//! `process_*` metrics read from `/proc`.
+//! the active/standby state and what `/readyz` makes of it; [`heartbeat`] what the
+//! end-to-end heartbeat saw; `process` the standard `process_*` metrics read from
+//! `/proc`.
 //!
 //! Naming follows <https://prometheus.io/docs/practices/naming/>: base units
 //! (`_seconds`, `_bytes`), `_total` on counters only, one state per series for enums
@@ -14,7 +15,8 @@
 //! Invariants: updates are lock-free except per-topic counters (one short mutex, no
 //! allocation after a topic's first record) and a stall's reason; rendering never
 //! blocks updates for long; an active relay is not ready while a stall
-//! (`--stall-timeout`) detected since the last ack lasts.
+//! (`--stall-timeout`) detected since the last ack lasts, nor while its heartbeat is
+//! stale (`--heartbeat-max-age`).
 //!
 //! Lag, one definition for `/metrics` and `pgoutbox status`: the server's WAL
 //! position minus the slot's `confirmed_flush_lsn`. `status` reads both in one
