@@ -105,6 +105,7 @@ async fn a_paused_stream_turns_readyz_503_with_a_rising_age_then_recovers() {
     let body = wait_readyz(&relay, "503");
     assert!(body.contains("\nheartbeat: stale: "), "{body}");
     assert!(body.contains("(--heartbeat-max-age 2s)"), "{body}");
+    eprintln!("/readyz while paused:\n{body}");
     let first = count(&relay, AGE);
     assert!(first > MAX_AGE.as_secs_f64(), "{first}");
     let later = wait_for("the age to keep rising", WAIT, || {
@@ -126,6 +127,9 @@ async fn a_paused_stream_turns_readyz_503_with_a_rising_age_then_recovers() {
     eprintln!(
         "FIGURES paused stream: age {first:.1}s then {later:.1}s, 503 while paused, 200 after"
     );
+    for line in log.lines().filter(|l| l.contains("heartbeat")) {
+        eprintln!("relay: {line}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

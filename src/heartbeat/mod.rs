@@ -163,10 +163,17 @@ pub fn returned(metrics: &Metrics, message: &LogicalMessage) {
         tracing::debug!(slot = %beat.slot, relay = %beat.relay, seq = beat.seq, "ignoring another relay's heartbeat");
         return;
     }
-    if let Some(Staleness::Recovered { age }) = state.seen(beat.seq, beat.mono_us) {
+    tracing::debug!(seq = beat.seq, lsn = %message.lsn, round_trip_us = crate::metrics::heartbeat::mono_us().saturating_sub(beat.mono_us), "heartbeat back");
+    let recovered = state.seen(beat.seq, beat.mono_us);
+    if let Some(Staleness::Recovered {
+        stale_for,
+        round_trip,
+    }) = recovered
+    {
         tracing::info!(
             seq = beat.seq,
-            silent_s = format!("{:.1}", age.as_secs_f64()),
+            stale_for_s = format!("{:.1}", stale_for.as_secs_f64()),
+            round_trip_s = format!("{:.3}", round_trip.as_secs_f64()),
             "heartbeat back through the replication stream: the stream delivers again"
         );
     }

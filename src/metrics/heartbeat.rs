@@ -42,7 +42,12 @@ pub enum Staleness {
     /// No heartbeat came back for longer than the maximum age.
     BecameStale { age: Duration, max_age: Duration },
     /// A heartbeat came back after a stale episode.
-    Recovered { age: Duration },
+    Recovered {
+        /// How long the episode lasted (since it was found stale).
+        stale_for: Duration,
+        /// Round trip of the heartbeat that ended it.
+        round_trip: Duration,
+    },
 }
 
 /// The heartbeat's counters, gauges and staleness.
@@ -62,6 +67,8 @@ pub struct HeartbeatState {
     last_seq: AtomicU64,
     round_trip_us: AtomicU64,
     stale: AtomicBool,
+    /// When the current stale episode was found ([`mono_us`]).
+    stale_since_us: AtomicU64,
     pub(super) sent: AtomicU64,
     pub(super) seen: AtomicU64,
     pub(super) failed: AtomicU64,
@@ -126,23 +133,28 @@ impl HeartbeatState {
             return None;
         }
         let now = mono_us();
-        let silent = self.age_at(now);
-        self.round_trip_us
-            .store(now.saturating_sub(sent_us), Ordering::Relaxed);
+        let round_trip = now.saturating_sub(sent_us);
+        self.round_trip_us.store(round_trip, Ordering::Relaxed);
         self.emitted_us.fetch_max(sent_us, Ordering::Relaxed);
         self.seen_at_us.store(now, Ordering::Relaxed);
         self.seen.fetch_add(1, Ordering::Relaxed);
         let fresh = self.age_at(now) <= self.max_age();
-        (fresh && self.stale.swap(false, Ordering::Relaxed))
-            .then_some(Staleness::Recovered { age: silent })
+        let since = self.stale_since_us.load(Ordering::Relaxed);
+        (fresh && self.stale.swap(false, Ordering::Relaxed)).then(|| Staleness::Recovered {
+            stale_for: Duration::from_micros(now.saturating_sub(since)),
+            round_trip: Duration::from_micros(round_trip),
+        })
     }
 
     /// The start of a stale episode, when one starts now (enabled only).
     pub fn check(&self) -> Option<Staleness> {
         let age = self.stale_age()?;
         let max_age = self.max_age();
-        (!self.stale.swap(true, Ordering::Relaxed))
-            .then_some(Staleness::BecameStale { age, max_age })
+        let began = !self.stale.swap(true, Ordering::Relaxed);
+        if began {
+            self.stale_since_us.store(mono_us(), Ordering::Relaxed);
+        }
+        began.then_some(Staleness::BecameStale { age, max_age })
     }
 
     /// The age past the maximum, when enabled and stale.
