@@ -104,7 +104,7 @@ impl Emitter {
                 silent_s = format!("{:.1}", age.as_secs_f64()),
                 max_age = %humantime::format_duration(max_age),
                 sent = self.seq,
-                "no heartbeat came back through the replication stream within --heartbeat-max-age; /readyz fails until one does (check the walsender in pg_stat_replication and the relay's log)"
+                "no heartbeat came back through the replication stream within --heartbeat-max-age: the stream is stalled or far behind; /readyz fails until one does (check the walsender in pg_stat_replication, pgoutbox_in_flight_records and the relay's log)"
             );
         }
     }

@@ -196,7 +196,7 @@ impl HeartbeatState {
         if age > max_age {
             return Some((
                 format!(
-                    "heartbeat: stale: the newest heartbeat back through the replication stream is {:.1}s old (--heartbeat-max-age {}); the stream delivers nothing: check the walsender (pg_stat_replication) and the log",
+                    "heartbeat: stale: the newest heartbeat back through the replication stream is {:.1}s old (--heartbeat-max-age {}): the stream is stalled or far behind; check the walsender (pg_stat_replication), pgoutbox_in_flight_records and the log",
                     age.as_secs_f64(),
                     humantime::format_duration(max_age)
                 ),
