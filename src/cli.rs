@@ -574,9 +574,9 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_HEARTBEAT_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub heartbeat_interval: std::time::Duration,
 
-    /// /readyz fails (naming the cause) when none of this relay's heartbeats came
-    /// back for longer than this; a WARN is logged once when it goes stale, an INFO
-    /// when one comes back. At least --heartbeat-interval; a few intervals leaves room
+    /// /readyz fails (naming the cause) when the newest of this relay's heartbeats
+    /// back through the stream is older than this (time since it was emitted); a WARN
+    /// is logged once when it goes stale, an INFO when a fresh one comes back. At least --heartbeat-interval; a few intervals leaves room
     /// for a slow commit or a busy walsender.
     #[arg(long, env = "PGOUTBOX_HEARTBEAT_MAX_AGE", default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub heartbeat_max_age: std::time::Duration,
