@@ -556,6 +556,23 @@ pub struct RunArgs {
     #[arg(long, env = "PGOUTBOX_STALL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub stall_timeout: std::time::Duration,
 
+    /// Every DURATION, emit a heartbeat — a non-transactional logical decoding
+    /// message (prefix `pgoutbox-heartbeat`, naming this relay's slot) — on an ordinary
+    /// SQL connection to the server the stream reads from, and time it when it comes
+    /// back through the replication stream: pgoutbox_heartbeat_age_seconds and
+    /// pgoutbox_heartbeat_round_trip_seconds prove the pipeline alive when no event
+    /// flows, and the slot advances on a quiet database. Never sent to Kafka. Needs
+    /// PostgreSQL 14+ (off on 13, said once at startup); `0` turns it off.
+    #[arg(long, env = "PGOUTBOX_HEARTBEAT_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub heartbeat_interval: std::time::Duration,
+
+    /// /readyz fails (naming the cause) when the newest of this relay's heartbeats
+    /// back through the stream is older than this (time since it was emitted); a WARN
+    /// is logged once when it goes stale, an INFO when a fresh one comes back. At least --heartbeat-interval; a few intervals leaves room
+    /// for a slow commit or a busy walsender.
+    #[arg(long, env = "PGOUTBOX_HEARTBEAT_MAX_AGE", default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub heartbeat_max_age: std::time::Duration,
+
     #[command(flatten)]
     pub state: StateDirArg,
 

@@ -9,7 +9,8 @@
 //! `/readyz` is 200 while the instance does its part (an active relay with both
 //! connections up, or a standby able to take over; see [`crate::metrics::role`]), and
 //! its body names the role either way, and a stall detected since the last ack
-//! (`stalled: …`) makes an active relay not ready.
+//! (`stalled: …`) makes an active relay not ready, and so does a stale end-to-end
+//! heartbeat (`heartbeat: stale: …`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

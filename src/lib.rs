@@ -25,6 +25,8 @@
 //!   broker trouble ([`kafka::outage`]: an outage once, then a summary a minute).
 //! - [`metrics`], [`http`]: Prometheus metrics, `/metrics` `/livez` `/readyz`, the
 //!   active/standby role ([`metrics::role`]).
+//! - [`heartbeat`]: the end-to-end heartbeat — a logical decoding message emitted
+//!   on the SQL connection and timed when it comes back through the stream.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
@@ -41,6 +43,7 @@
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod heartbeat;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::heartbeat::{Heartbeat, HeartbeatConfig};
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
 use crate::metrics::{Metrics, Role};
@@ -76,6 +77,8 @@ pub struct RunConfig {
     pub http_addr: Option<std::net::SocketAddr>,
     /// State file and `--accept-slot-reset`.
     pub safety: SafetyConfig,
+    /// `--heartbeat-interval`, `--heartbeat-max-age`.
+    pub heartbeat: HeartbeatConfig,
 }
 
 /// Why the service stopped with an error.
@@ -129,7 +132,8 @@ pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), Run
     let mut tasks = Tasks::new();
     // Stops the helper tasks on shutdown and also when the relay ends on an error.
     let helpers = shutdown.child_token();
-    let result = relay(cfg, &shutdown, &metrics, &mut tasks, &helpers).await;
+    let beat = Heartbeat::new(cfg.heartbeat.clone(), &cfg.slot, metrics.clone());
+    let result = relay(cfg, &shutdown, &metrics, &mut tasks, &helpers, &beat).await;
     helpers.cancel();
     tasks.join(HELPER_JOIN_TIMEOUT).await;
     result
@@ -142,6 +146,7 @@ async fn relay(
     metrics: &Arc<Metrics>,
     tasks: &mut Tasks,
     helpers: &CancellationToken,
+    beat: &Heartbeat,
 ) -> Result<(), RunError> {
     warn_if_standby_possible(&cfg.source.conninfo);
     if let Some(addr) = cfg.http_addr {
@@ -155,6 +160,7 @@ async fn relay(
         "producer-probe",
         probe_producer(&sink, metrics.clone(), helpers.clone()),
     );
+    beat.spawn(tasks, helpers.clone());
     let mut guard = open_guard(cfg)?;
     let create = guard.may_create()?;
     retry(cfg, shutdown, || ensure_objects(cfg, create)).await?;
@@ -163,7 +169,11 @@ async fn relay(
     let mut standing_by = false;
     while !shutdown.is_cancelled() {
         let started = tokio::time::Instant::now();
-        match session(cfg, &mut sink, generation, shutdown, metrics, &mut guard).await {
+        match session(
+            cfg, &mut sink, generation, shutdown, metrics, &mut guard, beat,
+        )
+        .await
+        {
             Ok(stats) => {
                 tracing::info!(
                     produced = stats.produced,
@@ -344,6 +354,7 @@ async fn session(
     shutdown: &CancellationToken,
     metrics: &Arc<Metrics>,
     guard: &mut SlotGuard,
+    beat: &Heartbeat,
 ) -> Result<SessionStats, RunError> {
     let mut client = ReplicationClient::connect(&cfg.source.conninfo)
         .await
@@ -353,6 +364,8 @@ async fn session(
     let on_stream_host = cfg.source.conninfo.for_host(client.host());
     tracing::info!(host = %client.host(), "connected for replication");
     let catalog_client = catalog::connect(&on_stream_host).await?;
+    // Heartbeats go to the server the stream reads from (after a failover: the new one).
+    beat.on_stream(&on_stream_host, client.server_version_num());
     let info = catalog::slot_info(&catalog_client, &cfg.slot).await?;
     let identity = client.identify_system().await.map_err(PipelineError::Pg)?;
     let resume = guard

@@ -26,7 +26,9 @@ use pgoutbox::pg::sql_client;
 use crate::support::kafka::{Broker, Reader};
 use crate::support::standby::{pg_bindir, Pair};
 use crate::support::verify::{verify, Ledger};
-use crate::support::workload::{read_all, run_args_via, start_relay, topics, Writer, WriterConfig};
+use crate::support::workload::{
+    http_get, read_all, run_args_via, start_relay, topics, Writer, WriterConfig,
+};
 use crate::support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, WAIT};
 
 const TYPES: [&str; 2] = ["order", "customer"];
@@ -166,6 +168,15 @@ async fn chosen_port_owned(conn: String) -> Result<u16, String> {
     chosen_port(&conn).await
 }
 
+/// `pgoutbox_heartbeats_seen_total` of `relay`.
+fn heartbeats_seen(relay: &Pgoutbox) -> f64 {
+    http_get(relay, "/metrics")
+        .lines()
+        .find_map(|l| l.strip_prefix("pgoutbox_heartbeats_seen_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn log_tail(relay: &Pgoutbox) -> String {
     let log = relay.stderr();
     let lines: Vec<&str> = log.lines().collect();
@@ -188,7 +199,8 @@ fn relay_resumes_on_the_promoted_standby() {
     let db = pair.primary.fresh_db();
     let url = pair.url(&db.name, "read-write");
     let broker = Broker::shared().addr();
-    let relay = start_relay(&run_args_via(&db, &url, &broker, &[]));
+    let heartbeat = ["--heartbeat-interval", "500ms"];
+    let relay = start_relay(&run_args_via(&db, &url, &broker, &heartbeat));
     let writer = Writer::spawn(WriterConfig {
         url: url.clone(),
         seed: 17,
@@ -238,6 +250,12 @@ fn relay_resumes_on_the_promoted_standby() {
     let found = reader.try_read_until(WAIT * 3, |records| records.iter().any(|r| r.id() == marker));
     assert!(found, "no event after the failover:\n{}", log_tail(&relay));
     let resumed = promoting.elapsed();
+    // Heartbeats follow the stream: one seen after the marker (WAL after the
+    // promotion) was emitted on the new primary.
+    let seen = heartbeats_seen(&relay);
+    wait_for("a heartbeat back from the new primary", WAIT, || {
+        (heartbeats_seen(&relay) > seen).then_some(())
+    });
     let target = writer.committed() + 200;
     wait_for("200 events on the new primary", WAIT, || {
         (writer.committed() >= target).then_some(())

@@ -19,6 +19,7 @@ mod edges;
 mod failover;
 mod failover_slots;
 mod faults;
+mod heartbeat;
 mod keepalive;
 mod logs;
 mod mock_kafka;

@@ -109,6 +109,7 @@ async fn check_passes_on_a_correct_setup() {
     ];
     expected.extend_from_slice(failover_checks);
     expected.push("max_slot_wal_keep_size");
+    expected.push("heartbeat");
     assert_eq!(names(&report), expected);
     assert_eq!(get(&report, "wal_level", "server").observed, "logical");
     assert_eq!(

@@ -26,6 +26,7 @@ use crate::cli::{
     ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordArgs, RecordTimestampArg,
     ReplayArgs, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
+use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
 use crate::outbox::event::ColumnMapping;
@@ -79,6 +80,14 @@ pub enum ConfigError {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// `--heartbeat-max-age` below `--heartbeat-interval`: every heartbeat would
+    /// arrive stale.
+    #[error("--heartbeat-max-age {max_age} is shorter than --heartbeat-interval {interval}: /readyz would fail between any two heartbeats; fix: set --heartbeat-max-age to a few intervals (e.g. {suggested}), or --heartbeat-interval 0 to turn the heartbeat off")]
+    HeartbeatMaxAge {
+        max_age: String,
+        interval: String,
+        suggested: String,
     },
     /// Unparseable `--http-addr`.
     #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:10737, or off")]
@@ -415,6 +424,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
+        heartbeat: heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?,
     })
 }
 
@@ -477,6 +487,21 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         kafka,
         batch_size: args.batch_size.max(1),
     })
+}
+
+/// Validate `--heartbeat-interval` (`0`: off) and `--heartbeat-max-age` (at least
+/// the interval when on).
+pub fn heartbeat(interval: Duration, max_age: Duration) -> Result<HeartbeatConfig, ConfigError> {
+    let interval = Some(interval).filter(|i| !i.is_zero());
+    if let Some(i) = interval.filter(|i| max_age < *i) {
+        let show = |d: Duration| humantime::format_duration(d).to_string();
+        return Err(ConfigError::HeartbeatMaxAge {
+            max_age: show(max_age),
+            interval: show(i),
+            suggested: show(i * 6),
+        });
+    }
+    Ok(HeartbeatConfig { interval, max_age })
 }
 
 /// Validate record-format arguments: the format and the placements (`None` when
@@ -589,6 +614,17 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         q(&cfg.pipeline.stall_timeout.map_or("0s".to_owned(), |t| {
             humantime::format_duration(t).to_string()
         })),
+    );
+    let hb = &cfg.heartbeat;
+    line(
+        "heartbeat_interval",
+        q(&hb.interval.map_or("0s".to_owned(), |i| {
+            humantime::format_duration(i).to_string()
+        })),
+    );
+    line(
+        "heartbeat_max_age",
+        q(&humantime::format_duration(hb.max_age).to_string()),
     );
     line(
         "http_addr",
@@ -744,5 +780,19 @@ mod tests {
         let routing = RoutingConfig::from_args(&args.routing, &overrides).unwrap();
         let err = routing.specs(&tables).unwrap_err().to_string();
         assert!(err.contains("invalid --trace-context \".x\""), "{err}");
+    }
+
+    #[test]
+    fn heartbeat_zero_is_off_and_the_max_age_is_at_least_the_interval() {
+        let s = Duration::from_secs;
+        let off = heartbeat(Duration::ZERO, s(1)).unwrap();
+        assert_eq!(off.interval, None, "0 turns it off, whatever the max age");
+        let on = heartbeat(s(10), s(10)).unwrap();
+        assert_eq!((on.interval, on.max_age), (Some(s(10)), s(10)));
+        let err = heartbeat(s(10), s(5)).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--heartbeat-max-age 5s is shorter than --heartbeat-interval 10s: /readyz would fail between any two heartbeats; fix: set --heartbeat-max-age to a few intervals (e.g. 1m), or --heartbeat-interval 0 to turn the heartbeat off"
+        );
     }
 }

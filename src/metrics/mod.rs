@@ -2,8 +2,9 @@
 //!
 //! Owns the metric names (constants below) and the shared [`Metrics`] value the
 //! pipeline, the producer callback, `run` and the HTTP endpoint use. [`role`] holds
-//! the active/standby state and what `/readyz` makes of it; `process` the standard
-//! `process_*` metrics read from `/proc`.
+//! the active/standby state and what `/readyz` makes of it; [`heartbeat`] what the
+//! end-to-end heartbeat saw; `process` the standard `process_*` metrics read from
+//! `/proc`.
 //!
 //! Naming follows <https://prometheus.io/docs/practices/naming/>: base units
 //! (`_seconds`, `_bytes`), `_total` on counters only, one state per series for enums
@@ -14,7 +15,8 @@
 //! Invariants: updates are lock-free except per-topic counters (one short mutex, no
 //! allocation after a topic's first record) and a stall's reason; rendering never
 //! blocks updates for long; an active relay is not ready while a stall
-//! (`--stall-timeout`) detected since the last ack lasts.
+//! (`--stall-timeout`) detected since the last ack lasts, nor while its heartbeat is
+//! stale (`--heartbeat-max-age`).
 //!
 //! Lag, one definition for `/metrics` and `pgoutbox status`: the server's WAL
 //! position minus the slot's `confirmed_flush_lsn`. `status` reads both in one
@@ -22,6 +24,7 @@
 //! reported (in every XLogData and keepalive message) minus the LSN it last
 //! confirmed to the server, refreshed at each status tick (100 ms).
 
+pub mod heartbeat;
 mod process;
 pub mod role;
 
@@ -72,6 +75,18 @@ pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
 pub const STALLS: &str = "pgoutbox_stalls_total";
 /// librdkafka client errors and warnings, logged or not (an outage logs few lines).
 pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
+/// Round trip of the last heartbeat seen: emitted → back through the stream.
+pub const HEARTBEAT_ROUND_TRIP: &str = "pgoutbox_heartbeat_round_trip_seconds";
+/// Age of the newest heartbeat of this relay seen back (now − its emit time).
+pub const HEARTBEAT_AGE: &str = "pgoutbox_heartbeat_age_seconds";
+/// Heartbeats emitted.
+pub const HEARTBEATS_SENT: &str = "pgoutbox_heartbeats_sent_total";
+/// This relay's heartbeats seen back in its replication stream.
+pub const HEARTBEATS_SEEN: &str = "pgoutbox_heartbeats_seen_total";
+/// Heartbeat emissions that failed (SQL connection down, read-only server, …).
+pub const HEARTBEATS_FAILED: &str = "pgoutbox_heartbeats_failed_total";
+/// Heartbeats of other relays (other slots, earlier processes) seen and ignored.
+pub const HEARTBEATS_FOREIGN: &str = "pgoutbox_heartbeats_foreign_total";
 /// One series per [`Role`], 1 for the current one.
 pub const ROLE: &str = "pgoutbox_role";
 /// Constant 1, labelled with the version and the librdkafka version.
@@ -110,6 +125,8 @@ pub struct Metrics {
     stall: Mutex<String>,
     /// A [`Role`] as its number.
     role: AtomicU8,
+    /// The end-to-end heartbeat ([`crate::heartbeat`]).
+    pub heartbeat: heartbeat::HeartbeatState,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -217,8 +234,12 @@ impl Metrics {
     }
 
     /// What the relay does with the slot now.
+    /// Becoming active starts the heartbeat's age afresh.
     pub fn set_role(&self, role: Role) {
-        self.role.store(role as u8, Ordering::Relaxed);
+        let before = self.role.swap(role as u8, Ordering::Relaxed);
+        if role == Role::Active && before != Role::Active as u8 {
+            self.heartbeat.arm();
+        }
     }
 
     /// The current role.
@@ -236,6 +257,7 @@ impl Metrics {
             replication: self.replication_connected.load(Ordering::Relaxed),
             producer: self.producer_connected.load(Ordering::Relaxed),
             stalled,
+            heartbeat: self.heartbeat.health_line(),
         }
     }
 
@@ -401,9 +423,54 @@ impl Metrics {
             "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
             self.stalls.load(Ordering::Relaxed),
         );
+        self.render_heartbeat(&mut out);
         self.render_identity(&mut out);
         process::Sample::read().render(&mut out);
         out
+    }
+
+    /// The heartbeat's counters, and its gauges while it is on.
+    fn render_heartbeat(&self, out: &mut String) {
+        let h = &self.heartbeat;
+        for (name, help, n) in [
+            (
+                HEARTBEATS_SENT,
+                "Heartbeats emitted (pg_logical_emit_message, --heartbeat-interval).",
+                &h.sent,
+            ),
+            (
+                HEARTBEATS_SEEN,
+                "This relay's heartbeats seen back in its replication stream.",
+                &h.seen,
+            ),
+            (
+                HEARTBEATS_FAILED,
+                "Heartbeat emissions that failed (retried at the next interval).",
+                &h.failed,
+            ),
+            (
+                HEARTBEATS_FOREIGN,
+                "Heartbeats of other relays or earlier processes seen and ignored.",
+                &h.foreign,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        // Declared always (alert rules may name them), sampled only when known: no
+        // age while the heartbeat is off, no round trip before the first one.
+        for (name, help, value) in [
+            (HEARTBEAT_AGE, "Age (now minus emit time) of the newest heartbeat of this relay seen back through its replication stream, counted from when it became active at most; /readyz fails past --heartbeat-max-age. Absent while the heartbeat is off.", h.age()),
+            (HEARTBEAT_ROUND_TRIP, "Time from emitting the last heartbeat seen to reading it back from the replication stream.", h.round_trip()),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            if let Some(v) = value {
+                let _ = writeln!(out, "{name} {}", v.as_secs_f64());
+            }
+        }
     }
 
     /// The role gauge and the build information.

@@ -12,7 +12,9 @@
 //! become Ready, and a PodDisruptionBudget counts Ready pods — a standby reported
 //! unready would stall every rollout (the new pods stand by while the old one holds
 //! the slot) and block every node drain. Which instance is active is in the body
-//! and in the `pgoutbox_role` gauge, not in the status code.
+//! and in the `pgoutbox_role` gauge, not in the status code. An active relay whose
+//! end-to-end heartbeat went stale (`--heartbeat-max-age`) is not ready: its stream
+//! delivers nothing, whatever the connections say.
 
 /// What this relay is doing with the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,13 +59,19 @@ pub(super) struct Health {
     /// Why the oldest in-flight record is stalled (`--stall-timeout`), until the
     /// next ack: an active relay is not ready meanwhile.
     pub(super) stalled: Option<String>,
+    /// The heartbeat's line while it is on, and whether it is stale (an active
+    /// relay is not ready meanwhile).
+    pub(super) heartbeat: Option<(String, bool)>,
 }
 
 impl Health {
     /// Whether the instance does its part (see the module doc).
     pub(super) fn ready(&self) -> bool {
         match self.role {
-            Role::Active => self.replication && self.producer && self.stalled.is_none(),
+            Role::Active => {
+                let stale = self.heartbeat.as_ref().is_some_and(|(_, stale)| *stale);
+                self.replication && self.producer && self.stalled.is_none() && !stale
+            }
             Role::Standby => self.producer,
             Role::Connecting => false,
         }
@@ -80,8 +88,13 @@ impl Health {
             Some(why) => format!("stalled: {why}\n"),
             None => String::new(),
         };
+        // A standby has no stream, so no heartbeat of its own to judge.
+        let heartbeat = match (&self.heartbeat, self.role) {
+            (Some((line, _)), Role::Active) => format!("{line}\n"),
+            _ => String::new(),
+        };
         format!(
-            "role: {}\nreplication: {replication}\nproducer: {}\n{stall}",
+            "role: {}\nreplication: {replication}\nproducer: {}\n{stall}{heartbeat}",
             self.role.name(),
             up(self.producer)
         )
@@ -98,6 +111,7 @@ mod tests {
             replication,
             producer,
             stalled: None,
+            heartbeat: None,
         }
     }
 
@@ -125,6 +139,30 @@ mod tests {
         };
         assert!(!stalled.ready());
         assert!(stalled.body().ends_with("stalled: no kafka ack for 61s\n"));
+    }
+
+    #[test]
+    fn a_stale_heartbeat_makes_an_active_relay_unready_but_not_a_standby() {
+        let beat = |stale| Some(("heartbeat: …".to_owned(), stale));
+        let fresh = Health {
+            heartbeat: beat(false),
+            ..health(Role::Active, true, true)
+        };
+        assert!(fresh.ready());
+        assert!(fresh
+            .body()
+            .ends_with("producer: connected\nheartbeat: …\n"));
+        let stale = Health {
+            heartbeat: beat(true),
+            ..health(Role::Active, true, true)
+        };
+        assert!(!stale.ready());
+        let standby = Health {
+            heartbeat: beat(true),
+            ..health(Role::Standby, false, true)
+        };
+        assert!(standby.ready(), "a standby has no stream to judge");
+        assert!(!standby.body().contains("heartbeat"));
     }
 
     #[test]

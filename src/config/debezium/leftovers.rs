@@ -57,7 +57,9 @@ pub(super) fn classify(key: &str, value: &str) -> (NoteKind, &'static str) {
         | "heartbeat.topics.prefix" => (
             Ignored,
             "pgoutbox confirms the server's WAL position itself while the outbox is idle, so the \
-                slot does not pin WAL without heartbeats",
+                slot does not pin WAL without heartbeats; its own heartbeat \
+                (--heartbeat-interval, default 10s) is a logical decoding message that proves \
+                the stream alive and never reaches Kafka",
         ),
         "slot.drop.on.stop" if is_true => (
             Unsupported,

@@ -258,6 +258,7 @@ async fn postgres_checks(
         wanted: input.slot_failover,
     }));
     checks.extend(server::keep_size_check(&facts));
+    checks.push(server::heartbeat_check(&facts));
 }
 
 #[cfg(test)]

@@ -213,6 +213,29 @@ pub(super) fn keep_size_check(facts: &Facts) -> Option<Check> {
     })
 }
 
+/// Whether `run`'s end-to-end heartbeat can work here: informational, always `ok`.
+pub(super) fn heartbeat_check(facts: &Facts) -> Check {
+    let supported = i64::from(facts.version_num) >= i64::from(crate::heartbeat::MIN_SERVER_VERSION);
+    if supported {
+        return Check::pass(
+            "heartbeat",
+            "server",
+            "logical decoding messages reach the stream: run emits a heartbeat every \
+             --heartbeat-interval (default 10s) and /readyz fails when none comes back",
+        );
+    }
+    Check::pass(
+        "heartbeat",
+        "server",
+        format!(
+            "off on PostgreSQL {}: its pgoutput has no `messages` option, so run cannot prove \
+             the stream alive (/readyz judges the connections only)",
+            facts.version
+        ),
+    )
+    .suggest("upgrade to PostgreSQL 14 or later for the end-to-end heartbeat")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +341,26 @@ mod tests {
             assert!(c.ok);
             assert_eq!(c.observed, observed);
         }
+    }
+
+    #[test]
+    fn heartbeat_is_informational_and_off_before_14() {
+        let on = heartbeat_check(&facts());
+        assert!(on.ok && on.fix.is_none(), "{on:?}");
+        assert!(on
+            .observed
+            .starts_with("logical decoding messages reach the stream"));
+        let off = heartbeat_check(&Facts {
+            version_num: 130_023,
+            version: "13.23".into(),
+            ..facts()
+        });
+        assert!(off.ok, "informational: {off:?}");
+        assert!(
+            off.observed.starts_with("off on PostgreSQL 13.23: "),
+            "{off:?}"
+        );
+        assert!(off.fix.as_deref().unwrap().contains("PostgreSQL 14"));
     }
 
     #[test]

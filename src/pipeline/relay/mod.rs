@@ -11,14 +11,15 @@
 //!  retry_pending()   ─▶ the record that met a full queue        then confirm
 //!  start_drain()     ─▶ stop reading WAL                      can_read(), is_drained()
 //!  sends and acks    ─▶ StallWatch ────────────────────────▶ stalled(now)
+//!  on_wal(heartbeat) ─▶ heartbeat.rs: timed if ours; its LSN confirmable when idle
 //! ```
 //!
 //! Invariants: records reach the sink in WAL order (a record that met a full queue
 //! is retried before any later WAL is read, during a drain too); every record
 //! handed to the sink counts against its transaction until its report — also while
 //! it waits for queue space — so the confirmable LSN is the tracker's
-//! contiguous low-water mark, or a keepalive's WAL end while no transaction is open
-//! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
+//! contiguous low-water mark, or a keepalive's WAL end (or a heartbeat's LSN) while
+//! no transaction is open and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
 //! session's generation changes nothing; a row (insert, update or delete) of a
 //! published table that is not an outbox table is an error, never passed. No
@@ -283,6 +284,9 @@ impl<'a> Relay<'a> {
             PgOutputMessage::BeginPrepare(_) => {
                 return Err(PipelineError::UnexpectedMessage("Begin Prepare"))
             }
+            PgOutputMessage::Message(m) if m.prefix == crate::heartbeat::PREFIX => {
+                self.on_heartbeat(&m)
+            }
             // Origin, Type, Truncate, logical decoding messages: nothing to relay.
             _ => {}
         }
@@ -481,5 +485,6 @@ fn unix_ms(pg_micros: i64) -> i64 {
     timestamp::to_unix_micros(pg_micros).div_euclid(1000)
 }
 
+mod heartbeat;
 #[cfg(test)]
 mod tests;

@@ -3,9 +3,10 @@
 //! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
 //! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows;
 //! `edges.rs`: rows Debezium delivers differently (NULL route, keyless rows by
-//! policy), record timestamps and trace context.
+//! policy), record timestamps and trace context; `heartbeat.rs`: heartbeats.
 
 mod edges;
+mod heartbeat;
 mod poison;
 
 use std::collections::VecDeque;
