@@ -335,12 +335,18 @@ struct Polled {
 impl Polled {
     /// Serve the main queue until it is empty (delivery reports to the channel,
     /// client errors and log lines to [`Context`]), unless another thread is at it.
-    fn serve(&self) {
+    /// Without `force`, only when librdkafka signalled since the last serve.
+    fn serve(&self, force: bool) {
         let _serving = match self.serving.try_lock() {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(guard)) => guard.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         };
+        // Nothing landed on the empty queue since the last serve (which left it
+        // empty): no need to take librdkafka's queue lock.
+        if !self.wakeup.take() && !force {
+            return;
+        }
         for _ in 0..SERVE_BATCH {
             if self.wakeup.pending() == 0 {
                 return;
@@ -504,7 +510,7 @@ impl KafkaSink {
         if let Ok(delivery) = self.deliveries.try_recv() {
             return Some(delivery);
         }
-        self.polled.serve();
+        self.polled.serve(false);
         self.deliveries.try_recv().ok()
     }
 
@@ -528,7 +534,7 @@ impl KafkaSink {
                 .client()
                 .fetch_metadata(None, timeout)
                 .is_ok();
-            polled.serve();
+            polled.serve(true);
             if up {
                 outage.reachable();
             }

@@ -19,6 +19,7 @@
 //! A signal with nobody waiting is kept (a [`Notify`] permit), never lost.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rdkafka::bindings as rdsys;
@@ -26,11 +27,19 @@ use rdkafka::client::Client;
 use rdkafka::ClientContext;
 use tokio::sync::Notify;
 
+/// What the callback signals: a flag checked without touching librdkafka's
+/// queue lock, and the task waiting for it.
+struct Signal {
+    /// An event landed on the empty queue since [`QueueWakeup::take`] last ran.
+    raised: AtomicBool,
+    notify: Notify,
+}
+
 /// The wake-up registration on one client's main queue.
 pub struct QueueWakeup {
     /// Our own reference to the client's main queue (`rd_kafka_queue_get_main`).
     queue: *mut rdsys::rd_kafka_queue_t,
-    notify: Arc<Notify>,
+    signal: Arc<Signal>,
 }
 
 // SAFETY: librdkafka queue handles are thread-safe (every operation takes the
@@ -43,16 +52,22 @@ unsafe impl Sync for QueueWakeup {}
 /// Called by librdkafka (on one of its threads, under the queue's lock) when an
 /// event lands on the empty main queue. Must not block nor call into librdkafka.
 unsafe extern "C" fn wake(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_void) {
-    // SAFETY: `opaque` is `Arc::as_ptr` of the `Notify` that `QueueWakeup` keeps
+    // SAFETY: `opaque` is `Arc::as_ptr` of the `Signal` that `QueueWakeup` keeps
     // alive until it unregistered this callback.
-    let notify = unsafe { &*(opaque as *const Notify) };
-    notify.notify_one();
+    let signal = unsafe { &*(opaque as *const Signal) };
+    signal.raised.store(true, Ordering::Release);
+    signal.notify.notify_one();
 }
 
 impl QueueWakeup {
     /// Register on `client`'s main queue.
     pub fn new<C: ClientContext>(client: &Client<C>) -> Self {
-        let notify = Arc::new(Notify::new());
+        // Raised from the start: events queued before the callback was registered
+        // never signal (the queue was not empty when they came).
+        let signal = Arc::new(Signal {
+            raised: AtomicBool::new(true),
+            notify: Notify::new(),
+        });
         // SAFETY: `native_ptr` is a live client; the returned handle is ours to
         // destroy. The opaque pointer stays valid until `drop` unregisters.
         let queue = unsafe {
@@ -60,11 +75,11 @@ impl QueueWakeup {
             rdsys::rd_kafka_queue_cb_event_enable(
                 queue,
                 Some(wake),
-                Arc::as_ptr(&notify) as *mut c_void,
+                Arc::as_ptr(&signal) as *mut c_void,
             );
             queue
         };
-        Self { queue, notify }
+        Self { queue, signal }
     }
 
     /// Events waiting on the queue (each may carry many delivery reports).
@@ -73,22 +88,29 @@ impl QueueWakeup {
         unsafe { rdsys::rd_kafka_queue_length(self.queue) }
     }
 
+    /// Whether the queue was signalled since the last call (clears the flag): the
+    /// caller must then serve it until [`QueueWakeup::pending`] is 0. Lock-free.
+    pub fn take(&self) -> bool {
+        self.signal.raised.swap(false, Ordering::AcqRel)
+    }
+
     /// Signal again: the caller leaves events on the queue for a later turn.
     pub fn rearm(&self) {
-        self.notify.notify_one();
+        self.signal.raised.store(true, Ordering::Release);
+        self.signal.notify.notify_one();
     }
 
     /// Resolves once an event landed on the empty queue since the last wake-up was
     /// taken (immediately if one is pending). Cancel-safe.
     pub async fn notified(&self) {
-        self.notify.notified().await
+        self.signal.notify.notified().await
     }
 }
 
 impl Drop for QueueWakeup {
     fn drop(&mut self) {
         // SAFETY: unregister first (under the queue's lock: no call in progress
-        // afterwards), then release our reference; `notify` is freed after this.
+        // afterwards), then release our reference; `signal` is freed after this.
         unsafe {
             rdsys::rd_kafka_queue_cb_event_enable(self.queue, None, std::ptr::null_mut());
             rdsys::rd_kafka_queue_destroy(self.queue);
