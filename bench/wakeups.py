@@ -2,7 +2,7 @@
 """Wake-ups and CPU of one relay process, per thread, while it runs (a measurement
 aid beside bench/run.sh, never a pass/fail test).
 
-    bench/wakeups.py BINARY [--out PATH]
+    bench/wakeups.py BINARY [--runs N] [--skip S] [--for D] [--out PATH]
 
 Waits for a process whose executable is BINARY (e.g. the release pgoutbox that
 bench/run.sh live starts), samples every thread's context switches and CPU ticks
@@ -10,7 +10,9 @@ from /proc every 0.2 s while it lives, and when it exits prints, per thread name
 in total, the voluntary context switches (≈ times the thread slept and was woken),
 involuntary ones and CPU seconds between its first and last sample. Divide by the
 event count the bench printed for that run to get wake-ups per event. Repeats for
-every later run of BINARY until interrupted (or --runs N).
+every later run of BINARY until interrupted (or --runs N). --skip S starts counting S
+seconds after the process appeared (leaves startup out), --for D stops counting D
+seconds later (leaves shutdown out).
 """
 
 import argparse
@@ -53,16 +55,17 @@ def sample(pid):
     return out
 
 
-def watch(pid):
+def watch(pid, skip=0.0, span=None):
     """Counters of every thread from its first to its last sample (threads that
     exit before the process keep their last one)."""
+    time.sleep(skip)
     first = sample(pid) or {}
     last = dict(first)
     t0 = t1 = time.monotonic()
     while True:
         time.sleep(0.2)
         s = sample(pid)
-        if not s:
+        if not s or (span and time.monotonic() - t0 > span):
             break
         t1 = time.monotonic()
         for tid, v in s.items():
@@ -84,6 +87,8 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--out")
+    ap.add_argument("--skip", type=float, default=0.0)
+    ap.add_argument("--for", dest="span", type=float)
     o = ap.parse_args()
     binary = os.path.realpath(o.binary)
     seen, runs = set(), []
@@ -93,7 +98,7 @@ def main():
             time.sleep(0.05)
             continue
         seen.add(pid)
-        secs, by_name = watch(pid)
+        secs, by_name = watch(pid, o.skip, o.span)
         tot = [sum(v[i] for v in by_name.values()) for i in range(4)]
         print(f"pid {pid}: {secs:.1f} s, voluntary {tot[1]}, involuntary {tot[2]}, cpu {tot[3]:.2f} s "
               f"({tot[1] / secs:.0f} wake-ups/s)", flush=True)
