@@ -10,8 +10,8 @@
 //! went `--stall-timeout` without progress ends with [`PipelineError::Stalled`]
 //! (after logging it and marking `/readyz`), confirming nothing past that record —
 //! the caller replaces the producer and resumes from the slot. The status tick
-//! only runs while it has work (`Session::has_tick_work`): an idle session sleeps
-//! until the server, the producer or shutdown wakes it.
+//! only runs while it has work (`Session::has_tick_work`): an idle session wakes
+//! only for the server, the producer, shutdown and the progress line.
 
 use std::sync::Arc;
 
