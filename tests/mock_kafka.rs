@@ -161,9 +161,16 @@ fn client_errors_of_an_idle_producer_are_served_by_the_prober() {
         let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
         (count > 0.0).then_some(count)
     };
-    assert_eq!(errors(), None, "no error is counted before the queue is served");
+    assert_eq!(
+        errors(),
+        None,
+        "no error is counted before the queue is served"
+    );
     support::wait_for("a client error counted by a probe", WAIT, || {
-        assert!(!probe(Duration::from_millis(100)), "nothing listens on port 1");
+        assert!(
+            !probe(Duration::from_millis(100)),
+            "nothing listens on port 1"
+        );
         errors()
     });
 }
