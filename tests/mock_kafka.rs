@@ -142,6 +142,39 @@ async fn next(sink: &mut KafkaSink) -> Delivery {
         .expect("delivery channel open")
 }
 
+/// No polling thread serves librdkafka's queue any more: between sessions (nobody
+/// asks for deliveries) the prober must, or broker errors of an idle producer would
+/// go unlogged and uncounted.
+#[test]
+fn client_errors_of_an_idle_producer_are_served_by_the_prober() {
+    let metrics = Arc::new(Metrics::default());
+    let options = KafkaOptions::parse::<&str>(&[]).expect("options");
+    // Nothing listens on port 1: every connection attempt is a client error.
+    let config = producer_config("127.0.0.1:1", &options).expect("config");
+    let sink = KafkaSink::new(&config, metrics.clone()).expect("producer");
+    let probe = sink.prober();
+    let errors = || {
+        let text = metrics.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(pgoutbox::metrics::KAFKA_CLIENT_ERRORS))?;
+        let count: f64 = line.rsplit(' ').next()?.parse().ok()?;
+        (count > 0.0).then_some(count)
+    };
+    assert_eq!(
+        errors(),
+        None,
+        "no error is counted before the queue is served"
+    );
+    support::wait_for("a client error counted by a probe", WAIT, || {
+        assert!(
+            !probe(Duration::from_millis(100)),
+            "nothing listens on port 1"
+        );
+        errors()
+    });
+}
+
 /// Read `TOPIC` back until `n` records arrived.
 fn read_back(mock: &Mock, n: usize) -> Vec<Consumed> {
     let mut reader = Reader::new(&mock.bootstrap_servers(), &[TOPIC.to_owned()]);

@@ -6,7 +6,10 @@
 //!   summary a minute, then its end.
 //! - [`producer`]: [`producer::KafkaSink`] — send with backpressure (queue full),
 //!   delivery reports on a channel, error classification (transient / permanent).
+//! - [`wakeup`]: [`wakeup::QueueWakeup`] — librdkafka's main queue wakes the
+//!   relay's loop (no polling thread).
 
 pub mod config;
 pub mod outage;
 pub mod producer;
+pub mod wakeup;

@@ -1,11 +1,18 @@
 //! [`KafkaSink`]: hand records to librdkafka, get delivery reports back in order of
-//! completion on a channel.
+//! completion.
 //!
 //! ```text
-//!  pipeline ─send(record, tag)─▶ ThreadedProducer ─▶ brokers
-//!      ▲                             │ (librdkafka thread polls)
-//!      └──── Delivery{tag, result} ◀─┘ ProducerContext::delivery
+//!  pipeline ─send(record, tag)─▶ BaseProducer ─▶ brokers
+//!      ▲                             │ main queue non-empty: QueueWakeup
+//!      │  next_delivery: serve ◀─────┘ (no polling thread: the caller's loop polls)
+//!      └──── Delivery{tag, result} ◀── ProducerContext::delivery
 //! ```
+//!
+//! Delivery reports, client errors and librdkafka's log lines all arrive on the
+//! client's main queue, served by whoever asks for deliveries ([`KafkaSink::next_delivery`],
+//! [`KafkaSink::try_next_delivery`]) and, between sessions, by the
+//! [prober](KafkaSink::prober) every time it probes: one poller at a time (a lock
+//! held while serving), so reports keep their order.
 //!
 //! Owns the translation from librdkafka outcomes to what the pipeline needs:
 //! - `send` returning [`SendError::QueueFull`] is the backpressure point: the caller
@@ -32,7 +39,7 @@
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Message};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +48,7 @@ use tokio::sync::mpsc;
 
 use crate::kafka::config::Scrubber;
 use crate::kafka::outage::{self, OutageLog, SUMMARY_EVERY};
+use crate::kafka::wakeup::QueueWakeup;
 use crate::metrics::Metrics;
 
 use crate::outbox::record::KafkaRecord;
@@ -310,16 +318,56 @@ impl ProducerContext for Context {
     }
 }
 
+/// Main-queue events served per [`Polled::serve`] at most (each may carry many
+/// delivery reports), so one call never holds the caller for long.
+const SERVE_BATCH: usize = 1024;
+
+/// One librdkafka producer with the wake-up on its main queue.
+struct Polled {
+    /// Declared before `producer`: released before it (see [`QueueWakeup`]).
+    wakeup: QueueWakeup,
+    producer: BaseProducer<Context>,
+    /// Held while serving the main queue: one poller at a time, so reports reach
+    /// the channel in the order librdkafka queued them.
+    serving: Mutex<()>,
+}
+
+impl Polled {
+    /// Serve the main queue until it is empty (delivery reports to the channel,
+    /// client errors and log lines to [`Context`]), unless another thread is at it.
+    /// Without `force`, only when librdkafka signalled since the last serve.
+    fn serve(&self, force: bool) {
+        let _serving = match self.serving.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(guard)) => guard.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        // Nothing landed on the empty queue since the last serve (which left it
+        // empty): no need to take librdkafka's queue lock.
+        if !self.wakeup.take() && !force {
+            return;
+        }
+        for _ in 0..SERVE_BATCH {
+            if self.wakeup.pending() == 0 {
+                return;
+            }
+            self.producer.poll(std::time::Duration::ZERO);
+        }
+        // Left non-empty: librdkafka signals only an empty queue's first event.
+        self.wakeup.rearm();
+    }
+}
+
 /// An idempotent producer plus its delivery-report channel.
 pub struct KafkaSink {
-    producer: ThreadedProducer<Context>,
+    polled: Arc<Polled>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
     scrubber: Scrubber,
     /// What [`KafkaSink::renew`] builds a new producer from.
     config: ClientConfig,
     metrics: Arc<Metrics>,
     /// The current producer, for [`KafkaSink::prober`] (which outlives a renewal).
-    current: Arc<Mutex<ThreadedProducer<Context>>>,
+    current: Arc<Mutex<Arc<Polled>>>,
     /// What is logged of broker errors, across renewals.
     outage: Arc<Outage>,
 }
@@ -329,11 +377,11 @@ impl KafkaSink {
     pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
         let scrubber = Scrubber::new(config);
         let outage = Arc::new(Outage::new());
-        let (producer, deliveries) =
+        let (polled, deliveries) =
             Self::create(config, &scrubber, metrics.clone(), outage.clone())?;
         Ok(Self {
-            current: Arc::new(Mutex::new(producer.clone())),
-            producer,
+            current: Arc::new(Mutex::new(polled.clone())),
+            polled,
             deliveries,
             scrubber,
             config: config.clone(),
@@ -347,9 +395,9 @@ impl KafkaSink {
         scrubber: &Scrubber,
         metrics: Arc<Metrics>,
         outage: Arc<Outage>,
-    ) -> Result<(ThreadedProducer<Context>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
+    ) -> Result<(Arc<Polled>, mpsc::UnboundedReceiver<Delivery>), CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
-        let producer = config
+        let producer: BaseProducer<Context> = config
             .create_with_context(Context {
                 deliveries: tx,
                 metrics,
@@ -359,7 +407,12 @@ impl KafkaSink {
             .map_err(|err| CreateError {
                 message: scrubber.scrub(&err.to_string()),
             })?;
-        Ok((producer, deliveries))
+        let polled = Polled {
+            wakeup: QueueWakeup::new(producer.client()),
+            producer,
+            serving: Mutex::new(()),
+        };
+        Ok((Arc::new(polled), deliveries))
     }
 
     /// Replace the producer with a new one from the same configuration, e.g. after a
@@ -367,14 +420,14 @@ impl KafkaSink {
     /// are abandoned without a report: the caller must treat them as not delivered
     /// (the relay resends everything it has not confirmed from the slot).
     pub fn renew(&mut self) -> Result<(), CreateError> {
-        let (producer, deliveries) = Self::create(
+        let (polled, deliveries) = Self::create(
             &self.config,
             &self.scrubber,
             self.metrics.clone(),
             self.outage.clone(),
         )?;
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = producer.clone();
-        let old = std::mem::replace(&mut self.producer, producer);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = polled.clone();
+        let old = std::mem::replace(&mut self.polled, polled);
         self.deliveries = deliveries;
         // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
         // threads: not on the caller's (async) thread. The thread ends by itself
@@ -416,7 +469,7 @@ impl KafkaSink {
         if let Some(value) = record.value.as_deref() {
             base = base.payload(value);
         }
-        match self.producer.send(base) {
+        match self.polled.producer.send(base) {
             Ok(()) => Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                 Err(SendError::QueueFull)
@@ -435,30 +488,53 @@ impl KafkaSink {
         }
     }
 
-    /// The next delivery report.
+    /// The next delivery report: served from librdkafka's main queue when it
+    /// signals, so it also runs the client's error and log callbacks. Cancel-safe.
     pub async fn next_delivery(&mut self) -> Option<Delivery> {
-        self.deliveries.recv().await
+        loop {
+            if let Some(delivery) = self.try_next_delivery() {
+                return Some(delivery);
+            }
+            tokio::select! {
+                biased;
+                // Served by the prober meanwhile, or the producer is gone.
+                delivery = self.deliveries.recv() => return delivery,
+                () = self.polled.wakeup.notified() => {}
+            }
+        }
     }
 
-    /// A delivery report, if one is ready.
+    /// A delivery report, if one is ready (serving the main queue first when none
+    /// is waiting on the channel).
     pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+        if let Ok(delivery) = self.deliveries.try_recv() {
+            return Some(delivery);
+        }
+        self.polled.serve(false);
         self.deliveries.try_recv().ok()
     }
 
     /// Records handed over and not yet reported.
     pub fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
+        self.polled.producer.in_flight_count()
     }
 
     /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
     /// Cloneable into a blocking task; it follows [`KafkaSink::renew`]. A success
-    /// ends a logged outage.
+    /// ends a logged outage. Each probe also serves the producer's main queue, so
+    /// client errors and log lines are reported between sessions too (when no
+    /// session asks for deliveries).
     pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
         let current = self.current.clone();
         let outage = self.outage.clone();
         move |timeout| {
-            let producer = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let up = producer.client().fetch_metadata(None, timeout).is_ok();
+            let polled = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let up = polled
+                .producer
+                .client()
+                .fetch_metadata(None, timeout)
+                .is_ok();
+            polled.serve(true);
             if up {
                 outage.reachable();
             }
@@ -470,12 +546,18 @@ impl KafkaSink {
     /// the underlying cause (e.g. `OutOfOrderSequenceNumber`) and its description.
     /// Such a producer accepts and delivers nothing more; see [`KafkaSink::renew`].
     pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
-        let (code, reason) = self.producer.client().fatal_error()?;
+        let (code, reason) = self.polled.producer.client().fatal_error()?;
         Some((code, self.scrubber.scrub(&reason)))
     }
 
-    /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds.
+    /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds
+    /// (serving the main queue meanwhile: the reports land on the channel).
     pub fn flush(&self, timeout: std::time::Duration) -> bool {
-        self.producer.flush(timeout).is_ok()
+        let _serving = self
+            .polled
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.polled.producer.flush(timeout).is_ok()
     }
 }

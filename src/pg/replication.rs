@@ -31,6 +31,7 @@
 //! See <https://www.postgresql.org/docs/current/protocol-replication.html>.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,7 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Sleep;
 use tracing::Instrument;
 
 use crate::pg::connection::{PgConnection, PgError, SimpleRow, Transport};
@@ -340,6 +342,7 @@ impl ReplicationStream {
             receive_timeout: timers.receive_timeout,
             last_heard: tokio::time::Instant::now(),
             pinged: false,
+            silence: Box::pin(tokio::time::sleep(timers.receive_timeout / 2)),
         };
         let span = tracing::info_span!("replication_stream", slot = %slot);
         crate::task::spawn(
@@ -437,6 +440,9 @@ struct StreamTask {
     last_heard: tokio::time::Instant,
     /// Whether a reply was requested since `last_heard`.
     pinged: bool,
+    /// The silence watchdog: one timer for the stream's life, moved only when it
+    /// fires early (reads just note `last_heard`; see [`StreamTask::silence_due`]).
+    silence: Pin<Box<Sleep>>,
 }
 
 impl StreamTask {
@@ -469,13 +475,6 @@ impl StreamTask {
     async fn step(&mut self, ticker: &mut tokio::time::Interval) -> Result<bool, PgError> {
         let feedback = self.feedback.clone();
         let has_pending = !self.pending.is_empty();
-        // Half the receive timeout without a byte: ask for a reply; all of it: dead.
-        let silence_limit = if self.pinged {
-            self.receive_timeout
-        } else {
-            self.receive_timeout / 2
-        };
-        let silence_deadline = self.last_heard + silence_limit;
         let event = tokio::select! {
             biased;
             // PRIORITY 1: the caller closes the stream.
@@ -499,7 +498,7 @@ impl StreamTask {
             // PRIORITY 5: read more from the server, only when nothing is queued.
             read = read_more(&mut self.reader, &mut self.read_buf), if !has_pending => Event::Read(read),
             // PRIORITY 6: the silence watchdog, only while reading.
-            _ = tokio::time::sleep_until(silence_deadline), if !has_pending => Event::Silence,
+            _ = self.silence.as_mut(), if !has_pending => Event::Silence,
         };
         if has_pending {
             // The socket was not read during this wait: whatever silence there was
@@ -513,7 +512,7 @@ impl StreamTask {
             }
             Event::Command(None) | Event::CallerGone => Ok(false),
             Event::StatusDue => self.send_status(false).await.map(|()| true),
-            Event::Forwarded => Ok(true),
+            Event::Forwarded => Ok(self.forward_ready()),
             Event::Read(read) => {
                 read.map_err(|source| PgError::Io {
                     context: format!("reading replication stream from {}", self.target),
@@ -521,8 +520,9 @@ impl StreamTask {
                 })?;
                 self.heard();
                 self.parse_frames().await?;
-                Ok(true)
+                Ok(self.forward_ready())
             }
+            Event::Silence if !self.silence_due() => Ok(true),
             Event::Silence if self.pinged => Err(PgError::StreamTimeout {
                 target: self.target.clone(),
                 silence:
@@ -532,9 +532,44 @@ impl StreamTask {
             Event::Silence => {
                 tracing::debug!(silent_for = ?self.last_heard.elapsed(), "replication stream is quiet; requesting a reply");
                 self.pinged = true;
+                self.silence_due();
                 self.send_status(true).await.map(|()| true)
             }
         }
+    }
+
+    /// Whether the silence limit passed: half the receive timeout without a byte
+    /// (then a reply is requested), all of it once one was requested (then the
+    /// connection is dead). When it has not, the watchdog is moved to the limit.
+    fn silence_due(&mut self) -> bool {
+        let limit = if self.pinged {
+            self.receive_timeout
+        } else {
+            self.receive_timeout / 2
+        };
+        let deadline = self.last_heard + limit;
+        if tokio::time::Instant::now() >= deadline {
+            return true;
+        }
+        self.silence.as_mut().reset(deadline);
+        false
+    }
+
+    /// Hand every parsed message to the caller while the channel has room, in one
+    /// go (no round of the select per message). `false` when the caller is gone.
+    fn forward_ready(&mut self) -> bool {
+        while !self.pending.is_empty() {
+            match self.tx.try_reserve() {
+                Ok(permit) => {
+                    if let Some(message) = self.pending.pop_front() {
+                        permit.send(Ok(message));
+                    }
+                }
+                Err(mpsc::error::TrySendError::Full(())) => return true,
+                Err(mpsc::error::TrySendError::Closed(())) => return false,
+            }
+        }
+        true
     }
 
     /// Something arrived (or reading resumed): restart the silence clock.

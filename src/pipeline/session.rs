@@ -9,7 +9,9 @@
 //! timeout) before that last confirmation; a session whose oldest in-flight record
 //! went `--stall-timeout` without progress ends with [`PipelineError::Stalled`]
 //! (after logging it and marking `/readyz`), confirming nothing past that record —
-//! the caller replaces the producer and resumes from the slot.
+//! the caller replaces the producer and resumes from the slot. The status tick
+//! only runs while it has work (`Session::has_tick_work`): an idle session wakes
+//! only for the server, the producer, shutdown and the progress line.
 
 use std::sync::Arc;
 
@@ -60,6 +62,8 @@ pub struct Session<'a> {
     stream: ReplicationStream,
     /// Persists an LSN before it may be confirmed.
     checkpoint: Checkpoint,
+    /// Something the gauges show changed since the last status tick.
+    gauges_stale: bool,
 }
 
 impl<'a> Session<'a> {
@@ -84,6 +88,7 @@ impl<'a> Session<'a> {
             sink,
             stream,
             checkpoint,
+            gauges_stale: true,
         }
     }
 
@@ -132,14 +137,16 @@ impl<'a> Session<'a> {
                 return Ok(End::Drained { deadline });
             }
             let can_read = self.relay.can_read();
+            let ticking = drain_deadline.is_some() || self.has_tick_work();
             let step = tokio::select! {
                 biased;
                 // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
                 _ = shutdown.cancelled(), if drain_deadline.is_none() => Step::Shutdown,
                 // PRIORITY 2: delivery reports.
                 delivery = self.sink.next_delivery() => Step::Delivery(delivery),
-                // PRIORITY 3: status timer, queue-full retry, drain deadline.
-                _ = status.tick() => Step::Tick,
+                // PRIORITY 3: status timer, queue-full retry, drain deadline; only
+                // while there is something to do (an idle relay sleeps).
+                _ = status.tick(), if ticking => Step::Tick,
                 // PRIORITY 4: new WAL, only under the in-flight caps.
                 message = self.stream.recv(), if can_read => Step::Wal(message),
                 // PRIORITY 5: a periodic progress line for operators.
@@ -169,9 +176,21 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Whether a status tick has work: records in flight (stall watch), an LSN to
+    /// confirm, a record waiting for queue space, or gauges to refresh. An idle
+    /// relay (keepalives only) then wakes only when the server or the producer
+    /// says something, not ten times a second.
+    fn has_tick_work(&self) -> bool {
+        self.gauges_stale
+            || self.relay.tracker().in_flight_records() > 0
+            || self.relay.waiting_for_queue()
+            || self.relay.to_report().is_some()
+    }
+
     /// `first` and every report that is ready, in one go; then the record waiting
     /// for queue space, if any.
     fn on_deliveries(&mut self, first: Delivery) -> Result<(), PipelineError> {
+        self.gauges_stale = true;
         self.relay.on_delivery(&mut *self.sink, first)?;
         while let Some(more) = self.sink.try_next_delivery() {
             self.relay.on_delivery(&mut *self.sink, more)?;
@@ -202,6 +221,7 @@ impl<'a> Session<'a> {
         let (ReplicationMessage::XLogData { wal_end, .. }
         | ReplicationMessage::PrimaryKeepalive { wal_end, .. }) = &message;
         self.server_wal_end = self.server_wal_end.max(*wal_end);
+        self.gauges_stale = true;
         self.relay.on_wal(&mut *self.sink, message)
     }
 
@@ -216,6 +236,7 @@ impl<'a> Session<'a> {
             self.stream.send_status_now();
             self.relay.reported(lsn);
         }
+        self.gauges_stale = false;
         let tracker = self.relay.tracker();
         self.metrics
             .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
