@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs,
-    RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, PollMarkArg, RecordTimestampArg,
+    RoutingArgs, RunArgs, SourceArgs, SourceKind, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
@@ -38,6 +38,7 @@ use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::poll::{Mark, PollConfig};
 use crate::run::RunConfig;
 use crate::safety::SafetyConfig;
 use crate::secret::Secret;
@@ -415,7 +416,27 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
+        poll: poll(args)?,
     })
+}
+
+/// Poll mode's settings when `--source poll`.
+fn poll(args: &RunArgs) -> Result<Option<PollConfig>, ConfigError> {
+    if args.source_kind.kind != SourceKind::Poll {
+        return Ok(None);
+    }
+    if args.poll.batch_size == 0 {
+        return Err(ConfigError::ZeroWindow("poll-batch-size"));
+    }
+    Ok(Some(PollConfig {
+        batch_size: args.poll.batch_size,
+        interval: args.poll.interval.max(Duration::from_millis(1)),
+        mark: match args.poll.mark {
+            PollMarkArg::Published => Mark::Published,
+            PollMarkArg::Delete => Mark::Delete,
+        },
+        order_by: args.poll.order.order_by.clone(),
+    }))
 }
 
 /// Validate record-format arguments: the format and the placements (`None` when

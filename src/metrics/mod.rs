@@ -22,6 +22,7 @@
 //! reported (in every XLogData and keepalive message) minus the LSN it last
 //! confirmed to the server, refreshed at each status tick (100 ms).
 
+pub mod poll;
 mod process;
 pub mod role;
 
@@ -110,6 +111,8 @@ pub struct Metrics {
     stall: Mutex<String>,
     /// A [`Role`] as its number.
     role: AtomicU8,
+    /// Poll mode's series (`run --source poll`).
+    pub poll: poll::PollMetrics,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -401,6 +404,7 @@ impl Metrics {
             "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
             self.stalls.load(Ordering::Relaxed),
         );
+        self.poll.render(&mut out);
         self.render_identity(&mut out);
         process::Sample::read().render(&mut out);
         out
