@@ -26,6 +26,7 @@ mod network;
 mod ops;
 mod packaging;
 mod poison;
+mod poll;
 mod restart;
 mod run;
 mod security;
