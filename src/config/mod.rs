@@ -477,6 +477,23 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     if cfg.source.conninfo.password.is_some() {
         line("# database password", q("[redacted]"));
     }
+    line(
+        "source",
+        q(if cfg.poll.is_some() {
+            "poll"
+        } else {
+            "logical"
+        }),
+    );
+    if let Some(poll) = &cfg.poll {
+        line("poll_batch_size", poll.batch_size.to_string());
+        line(
+            "poll_interval",
+            q(&humantime::format_duration(poll.interval).to_string()),
+        );
+        line("poll_mark", q(poll.mark.name()));
+        line("poll_order_by", q(&poll.order_by));
+    }
     line("publication", q(&cfg.source.publication));
     line("slot", q(&cfg.slot));
     line("slot_failover", cfg.slot_failover.to_string());

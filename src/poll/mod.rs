@@ -160,6 +160,7 @@ pub async fn session(
         {
             Err(PollError::DrainTimedOut(t)) => {
                 tracing::warn!(drain_timeout = ?t, "stopping with the open poll batch unacked: rolled back, not marked; it is sent again after restart");
+                log_stopped(relay.stats());
                 return Ok(());
             }
             other => other?,
@@ -181,7 +182,21 @@ pub async fn session(
             _ = tokio::time::sleep(poll.interval) => Wake::Interval,
         };
     }
+    log_stopped(relay.stats());
     Ok(())
+}
+
+/// The session's last line, with the figures the logical mode's "stopped" line has.
+fn log_stopped(stats: &crate::pipeline::SessionStats) {
+    let us = |q| stats.latency.quantile(q).map_or(0, |d| d.as_micros());
+    tracing::info!(
+        produced = stats.produced,
+        acked = stats.acked,
+        latency_samples = stats.latency.count(),
+        latency_p50_us = us(0.5),
+        latency_p99_us = us(0.99),
+        "stopped"
+    );
 }
 
 /// Empty the notification queue: one poll answers every NOTIFY sent before it.
