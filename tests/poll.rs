@@ -387,3 +387,38 @@ fn poll_settings_come_from_flags_env_and_the_config_file() {
         "{out}"
     );
 }
+
+/// A broker outage: the claimed batch is never marked while unacked, `/readyz`
+/// says so, the stall watch rolls the batch back and retries, and everything
+/// arrives once the broker is back.
+#[test]
+fn broker_outage_never_marks_unacked_rows_and_drains_after() {
+    let db = replica_cluster().fresh_db();
+    let broker = Broker::start();
+    setup_poll(&db, &[]);
+    let relay = start_relay(&poll_args(&db, &broker.addr(), &["--stall-timeout", "3s"]));
+    insert(&db, &[("order", "k1", "1")]);
+    wait_for("the first row published", WAIT, || {
+        (unpublished(&db) == 0).then_some(())
+    });
+    broker.stop();
+    insert(&db, &[("order", "k1", "2"), ("order", "k2", "3")]);
+    wait_for("/readyz to report the outage", WAIT, || {
+        http_get(&relay, "/readyz")
+            .starts_with("HTTP/1.1 503")
+            .then_some(())
+    });
+    wait_for("a stall detected and the batch rolled back", WAIT, || {
+        relay.stderr().contains("poll batch stalled").then_some(())
+    });
+    assert_eq!(unpublished(&db), 2, "rows marked without an ack");
+    broker.resume();
+    wait_for("the backlog drained after the outage", WAIT * 2, || {
+        (unpublished(&db) == 0).then_some(())
+    });
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.read_until("all three events", WAIT, |r| {
+        let ns: std::collections::HashSet<_> = r.iter().filter_map(|r| r.value.clone()).collect();
+        ns.len() == 3
+    });
+}

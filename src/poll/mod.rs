@@ -131,14 +131,8 @@ pub async fn session(
 ) -> Result<(), PollError> {
     let table = one_table(pipeline)?;
     let key = sql::lock_key(&table);
-    let (lock, mut notes) = crate::pg::sql_client::connect_listening(conninfo).await?;
-    let locked: bool =
-        query_one(&lock, &format!("SELECT pg_try_advisory_lock({key})")).await? == "t";
-    if !locked {
-        return Err(PollError::LockHeld { table, key });
-    }
-    let channel = crate::pg::replication::quote_ident(&sql::channel(&table));
-    execute(&lock, &format!("LISTEN {channel}")).await?;
+    // Held for the whole session: dropping it releases the lock.
+    let (_lock, mut notes) = lock(conninfo, &table, key).await?;
     let work = catalog::connect(conninfo).await?;
     let trigger = preflight(&work, &table, poll).await?;
     let mut claimer = batch::Claimer::new(&work, &table, pipeline, poll).await?;
@@ -151,39 +145,81 @@ pub async fn session(
     );
     let mut relay = crate::pipeline::relay::Relay::new(pipeline, generation, metrics.clone());
     let mut backlog_at = tokio::time::Instant::now();
-    let mut wake = Wake::Interval;
-    while !shutdown.is_cancelled() {
-        metrics.poll.woke(wake);
+    let mut wake = Some(Wake::Interval);
+    while let Some(cause) = wake {
+        metrics.poll.woke(cause);
         let full = match claimer
             .run(&mut relay, sink, shutdown, &mut notes, metrics)
             .await
         {
             Err(PollError::DrainTimedOut(t)) => {
                 tracing::warn!(drain_timeout = ?t, "stopping with the open poll batch unacked: rolled back, not marked; it is sent again after restart");
-                log_stopped(relay.stats());
-                return Ok(());
+                break;
             }
             other => other?,
         };
-        if tokio::time::Instant::now() >= backlog_at {
-            claimer.backlog(metrics).await?;
-            backlog_at = tokio::time::Instant::now() + BACKLOG_EVERY;
+        if shutdown.is_cancelled() {
+            break;
         }
-        if full {
-            wake = Wake::Drain;
-            continue;
-        }
-        wake = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            note = notes.recv() => match note {
-                Some(_) => { drain(&mut notes); Wake::Notify }
-                None => return Err(PollError::LockLost(table)),
-            },
-            _ = tokio::time::sleep(poll.interval) => Wake::Interval,
+        let now = tokio::time::Instant::now();
+        wake = if full {
+            // A backlog: poll again at once, refreshing the gauges when due.
+            if now >= backlog_at {
+                claimer.backlog(metrics).await?;
+                backlog_at = now + BACKLOG_EVERY;
+            }
+            Some(Wake::Drain)
+        } else {
+            let mut idle = Idle {
+                notes: &mut notes,
+                shutdown,
+                interval: poll.interval,
+                backlog_at: &mut backlog_at,
+            };
+            idle.wait(&claimer, metrics, &table).await?
         };
     }
     log_stopped(relay.stats());
     Ok(())
+}
+
+/// Between batches: the wait for the next poll, refreshing the backlog gauges.
+struct Idle<'a> {
+    notes: &'a mut mpsc::UnboundedReceiver<Notification>,
+    shutdown: &'a CancellationToken,
+    interval: Duration,
+    backlog_at: &'a mut tokio::time::Instant,
+}
+
+impl Idle<'_> {
+    /// Refresh the backlog when due, then wait for a NOTIFY or the interval
+    /// (`None`: shutdown). A closed notification channel is a lost lock session.
+    async fn wait(
+        &mut self,
+        claimer: &batch::Claimer<'_>,
+        metrics: &Metrics,
+        table: &TableName,
+    ) -> Result<Option<Wake>, PollError> {
+        let fallback = tokio::time::Instant::now() + self.interval;
+        loop {
+            if tokio::time::Instant::now() >= *self.backlog_at {
+                claimer.backlog(metrics).await?;
+                *self.backlog_at = tokio::time::Instant::now() + BACKLOG_EVERY;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok(None),
+                note = self.notes.recv() => match note {
+                    Some(_) => {
+                        drain(self.notes);
+                        return Ok(Some(Wake::Notify));
+                    }
+                    None => return Err(PollError::LockLost(table.clone())),
+                },
+                _ = tokio::time::sleep_until(fallback) => return Ok(Some(Wake::Interval)),
+                _ = tokio::time::sleep_until(*self.backlog_at) => {}
+            }
+        }
+    }
 }
 
 /// The session's last line, with the figures the logical mode's "stopped" line has.
@@ -197,6 +233,27 @@ fn log_stopped(stats: &crate::pipeline::SessionStats) {
         latency_p99_us = us(0.99),
         "stopped"
     );
+}
+
+/// The lock session: the table's advisory lock taken (else [`PollError::LockHeld`])
+/// and its NOTIFY channel listened to, on one connection, so that the channel
+/// closing means the lock is gone too.
+async fn lock(
+    conninfo: &ConnInfo,
+    table: &TableName,
+    key: i64,
+) -> Result<(Client, mpsc::UnboundedReceiver<Notification>), PollError> {
+    let (client, notes) = crate::pg::sql_client::connect_listening(conninfo).await?;
+    let locked = query_one(&client, &format!("SELECT pg_try_advisory_lock({key})")).await?;
+    if locked != "t" {
+        return Err(PollError::LockHeld {
+            table: table.clone(),
+            key,
+        });
+    }
+    let channel = crate::pg::replication::quote_ident(&sql::channel(table));
+    execute(&client, &format!("LISTEN {channel}")).await?;
+    Ok((client, notes))
 }
 
 /// Empty the notification queue: one poll answers every NOTIFY sent before it.
