@@ -53,6 +53,9 @@ KEYS, PAD = 1000, 100
 ROW_SQL = ("'bench', {key}, 'Happened', "
            "jsonb_build_object('i', {i}, 'g', {g}, 'pad', repeat('x', %d))" % PAD)
 LOAD_FAIL = "load"
+# Poll-mode latency runs: (name, NOTIFY trigger installed, --poll-interval).
+POLL_VARIANTS = (("notify", True, "1s"), ("interval_only", False, "1s"),
+                 ("interval_only_100ms", False, "100ms"))
 
 
 def log(msg):
@@ -629,13 +632,13 @@ class Bench:
             time.sleep(0.01)
         return time.time()
 
-    def live_poll(self, rate, secs, notify):
+    def live_poll(self, rate, secs, notify, interval):
         self.poll_setup()
         self.sql.rows("TRUNCATE pollrun.outbox")
         if not notify:
             self.sql.rows("DROP TRIGGER IF EXISTS pgoutbox_poll_notify ON pollrun.outbox")
         self.restart_broker()
-        p, lines, _, _ = self.start_poll_relay(["--poll-interval", "1s"])
+        p, lines, _, _ = self.start_poll_relay(["--poll-interval", interval])
         cpu0 = proc_cpu(p.pid)
         n, achieved = self.pgbench("pollrun.outbox", rate, secs)
         self.wait_published(p, lines, 120)
@@ -643,7 +646,7 @@ class Bench:
         stats = self.stop_relay(p, lines)
         events = stats.get("acked", 0)
         return {"events": events, "written": n, "achieved_rate": achieved, "valid": events == n,
-                "notify": notify, "p50_us": stats.get("latency_p50_us"), "p99_us": stats.get("latency_p99_us"),
+                "notify": notify, "interval": interval, "p50_us": stats.get("latency_p50_us"), "p99_us": stats.get("latency_p99_us"),
                 "cpu_seconds": cpu1 - cpu0}
 
     def drain_poll(self, rows, k):
@@ -665,13 +668,13 @@ class Bench:
 
     def poll_mode(self, rate, secs, rows, reps):
         """Issue 15's figures: NOTIFY vs interval-only latency, poll vs logical drain rate."""
-        out = self.results.setdefault("poll", {"rate": rate, "seconds": secs, "rows": rows, "runs": {}})
-        runs = out["runs"]
+        out = self.results["poll"]
+        out.update(rate=rate, seconds=secs, rows=rows)
+        runs = out.setdefault("runs", {})
         for r in range(reps):
-            for notify in (True, False):
-                what = "notify" if notify else "interval_only"
+            for what, notify, interval in POLL_VARIANTS:
                 self.pressure.phase = f"poll live {what}"
-                x = self.live_poll(rate, secs, notify)
+                x = self.live_poll(rate, secs, notify, interval)
                 x["rep"] = r
                 runs.setdefault(what, []).append(x)
                 log(f"  rep {r} poll {what:<13} p50 {fmt_ms(x['p50_us'])} p99 {fmt_ms(x['p99_us'])} ms, "
@@ -808,6 +811,11 @@ def poll_rows(poll):
             rows.append((f"poll {poll['rate']}/s: commit→ack {q[:3]} ms, NOTIFY vs interval-only (1 s)",
                          fmt_ms(med("notify", q)), fmt_ms(med("interval_only", q)), "", "info",
                          "" if valid("notify", "interval_only") else "(invalid run)"))
+    for what, _, interval in POLL_VARIANTS:
+        if runs.get(what):
+            rows.append((f"poll {poll['rate']}/s {what} (interval {interval}): p50/p99 ms; achieved insert rate",
+                         f"{fmt_ms(med(what, 'p50_us'))}/{fmt_ms(med(what, 'p99_us'))}", "",
+                         f"{fmt(med(what, 'achieved_rate'))}/s", "info", "" if valid(what) else "(invalid run)"))
     if runs.get("drain_poll") and runs.get("drain_logical"):
         p, lg = med("drain_poll", "events_per_second"), med("drain_logical", "events_per_second")
         rows.append((f"backlog {poll['rows']:,} rows (txn 100): poll vs logical mode ev/s",

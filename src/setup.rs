@@ -100,7 +100,10 @@ pub async fn run_poll(
         }
         let sql = crate::poll::sql::setup(table, order_by, add).join("\n");
         client
-            .batch_execute(&format!("BEGIN;\n{sql}\nCOMMIT;"))
+            // IF NOT EXISTS reports what it skipped as NOTICEs: the outcome says it.
+            .batch_execute(&format!(
+                "BEGIN;\nSET LOCAL client_min_messages = warning;\n{sql}\nCOMMIT;"
+            ))
             .await
             .map_err(|error| CatalogError::Query {
                 context: format!("installing poll mode on {table}"),

@@ -54,7 +54,6 @@ pub(super) struct Claimer<'c> {
     /// Where the timestamp column is in a row, when the table has it.
     timestamp: Option<usize>,
     batch_size: usize,
-    drain_timeout: Duration,
     /// The last position handed to the core (one per row).
     at: u64,
     /// Whether the core has seen the Relation.
@@ -89,7 +88,6 @@ impl<'c> Claimer<'c> {
             relation,
             timestamp,
             batch_size: poll.batch_size,
-            drain_timeout: pipeline.drain_timeout,
             at: 0,
             announced: false,
         })
@@ -97,24 +95,17 @@ impl<'c> Claimer<'c> {
 
     /// Claim, relay, wait for every ack, mark, commit. Returns whether the batch
     /// was full (more rows are likely waiting).
-    pub(super) async fn run(
-        &mut self,
-        relay: &mut Relay<'_>,
-        sink: &mut KafkaSink,
-        shutdown: &CancellationToken,
-        notes: &mut mpsc::UnboundedReceiver<Notification>,
-        metrics: &Arc<Metrics>,
-    ) -> Result<bool, PollError> {
+    pub(super) async fn run(&mut self, mut ack: Ack<'_, '_>) -> Result<bool, PollError> {
         if !self.announced {
             let first = PgOutputMessage::Relation(self.relation.clone());
-            relay.on_message(sink, Lsn(0), first)?;
+            ack.relay.on_message(ack.sink, Lsn(0), first)?;
             self.announced = true;
         }
         self.client
             .batch_execute("BEGIN")
             .await
             .map_err(|e| query_error("BEGIN", e))?;
-        let result = self.claimed(relay, sink, shutdown, notes, metrics).await;
+        let result = self.claimed(&mut ack).await;
         if result.is_err() {
             // Best effort: a broken connection rolls back by itself.
             let _ = self.client.batch_execute("ROLLBACK").await;
@@ -122,31 +113,14 @@ impl<'c> Claimer<'c> {
         result
     }
 
-    async fn claimed(
-        &mut self,
-        relay: &mut Relay<'_>,
-        sink: &mut KafkaSink,
-        shutdown: &CancellationToken,
-        notes: &mut mpsc::UnboundedReceiver<Notification>,
-        metrics: &Arc<Metrics>,
-    ) -> Result<bool, PollError> {
+    async fn claimed(&mut self, ack: &mut Ack<'_, '_>) -> Result<bool, PollError> {
         let (messages, ctids) = self.claim().await?;
         if ctids.is_empty() {
             self.commit().await?;
             return Ok(false);
         }
         let end = Lsn(self.at);
-        Ack {
-            relay,
-            sink,
-            shutdown,
-            notes,
-            metrics,
-            table: &self.table,
-            drain_timeout: self.drain_timeout,
-        }
-        .relay_all(messages, end)
-        .await?;
+        ack.relay_all(messages, end).await?;
         let marked = self
             .client
             .execute(self.mark.as_str(), &[&ctids])
@@ -154,7 +128,7 @@ impl<'c> Claimer<'c> {
             .map_err(|e| query_error(&self.mark, e))?;
         self.commit().await?;
         let claimed = ctids.len() as u64;
-        metrics.poll.batch(claimed, marked);
+        ack.metrics.poll.batch(claimed, marked);
         Ok(ctids.len() >= self.batch_size)
     }
 
@@ -261,21 +235,23 @@ impl<'c> Claimer<'c> {
     }
 }
 
-/// The ack wait of one batch: offers the rows to the core, then moves delivery
-/// reports into it until its low-water mark passes `end`.
-struct Ack<'a, 'r, 'p> {
-    relay: &'a mut Relay<'r>,
-    sink: &'a mut KafkaSink,
-    shutdown: &'a CancellationToken,
-    notes: &'a mut mpsc::UnboundedReceiver<Notification>,
-    metrics: &'p Arc<Metrics>,
-    table: &'p TableName,
-    drain_timeout: Duration,
+/// What one batch drives: the core, the producer, and what ends the ack wait (a
+/// shutdown past `drain_timeout`, the lock session's notification channel closing).
+pub(super) struct Ack<'a, 'r> {
+    pub(super) relay: &'a mut Relay<'r>,
+    pub(super) sink: &'a mut KafkaSink,
+    pub(super) shutdown: &'a CancellationToken,
+    pub(super) notes: &'a mut mpsc::UnboundedReceiver<Notification>,
+    pub(super) metrics: &'a Arc<Metrics>,
+    pub(super) table: &'a TableName,
+    pub(super) drain_timeout: Duration,
 }
 
-impl Ack<'_, '_, '_> {
+impl Ack<'_, '_> {
+    /// Offer the rows to the core, then move delivery reports into it until its
+    /// low-water mark passes `end`.
     async fn relay_all(
-        mut self,
+        &mut self,
         messages: Vec<(Lsn, PgOutputMessage)>,
         end: Lsn,
     ) -> Result<(), PollError> {

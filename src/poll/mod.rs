@@ -148,10 +148,16 @@ pub async fn session(
     let mut wake = Some(Wake::Interval);
     while let Some(cause) = wake {
         metrics.poll.woke(cause);
-        let full = match claimer
-            .run(&mut relay, sink, shutdown, &mut notes, metrics)
-            .await
-        {
+        let ack = batch::Ack {
+            relay: &mut relay,
+            sink,
+            shutdown,
+            notes: &mut notes,
+            metrics,
+            table: &table,
+            drain_timeout: pipeline.drain_timeout,
+        };
+        let full = match claimer.run(ack).await {
             Err(PollError::DrainTimedOut(t)) => {
                 tracing::warn!(drain_timeout = ?t, "stopping with the open poll batch unacked: rolled back, not marked; it is sent again after restart");
                 break;
