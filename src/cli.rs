@@ -211,6 +211,8 @@ pub struct PollArgs {
     /// With --source poll: poll at least this often. The insert trigger's NOTIFY wakes
     /// the relay at once; this is the fallback (no trigger installed, a notification
     /// lost with a connection). A full batch is followed by the next one at once.
+    /// NOTIFY serializes the commits of inserting transactions: when writers need that
+    /// throughput, drop the trigger pgoutbox_poll_notify and poll every 100ms instead.
     #[arg(long = "poll-interval", env = "PGOUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub interval: std::time::Duration,
 

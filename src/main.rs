@@ -246,7 +246,7 @@ async fn setup_poll(args: SetupArgs) -> anyhow::Result<()> {
         for statement in pgoutbox::setup::poll_sql(&source.tables, order_by) {
             text.push_str(&format!("{statement}\n"));
         }
-        text.push_str("\n-- the relay's role (UPDATE marks published_at; with --poll-mark delete grant DELETE instead)\n");
+        text.push_str("\n-- the relay's role (FOR UPDATE and the mark need UPDATE; with --poll-mark delete also grant DELETE)\n");
         for table in &source.tables {
             text.push_str(&format!(
                 "GRANT SELECT, UPDATE ON {} TO {};\n",
