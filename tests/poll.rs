@@ -281,6 +281,8 @@ fn order_follows_the_ordering_column_and_a_long_transaction_arrives_late() {
 #[test]
 fn poll_relay_kill_9_cycles_under_load_lose_nothing() {
     const BATCH: usize = 200;
+    const BIG: usize = 5_000;
+    const SAMPLE: usize = 300;
     let kills: usize = std::env::var("PGOUTBOX_POLL_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -307,14 +309,42 @@ fn poll_relay_kill_9_cycles_under_load_lose_nothing() {
             .unwrap()
     };
     let mut rng = Rng::new(7);
+    let (mut big, mut mid_backlog) = (0, 0);
     for cycle in 0..kills {
         let before = published();
-        wait_for(
-            &format!("progress before kill #{}", cycle + 1),
-            WAIT,
-            || (published() > before).then_some(()),
-        );
-        std::thread::sleep(Duration::from_millis(rng.range(0, 1500)));
+        if cycle % 5 == 4 {
+            // A backlog drained in full batches: kill while it is being drained, so
+            // the batch in flight is a full one.
+            let ids = writer.big_transaction(BIG);
+            // A sample stands for the transaction (5,000 ids overflow psql's argv).
+            let ids: Vec<String> = ids
+                .into_iter()
+                .take(SAMPLE)
+                .map(|id| format!("'{id}'"))
+                .collect();
+            let done = || -> u64 {
+                db.psql(&format!(
+                    "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL AND id IN ({})",
+                    ids.join(",")
+                ))
+                .trim()
+                .parse()
+                .unwrap()
+            };
+            let seen = wait_for("the large transaction's first batch", WAIT, || {
+                let n = done();
+                (n > 0).then_some(n)
+            });
+            big += 1;
+            mid_backlog += usize::from(seen < SAMPLE as u64);
+        } else {
+            wait_for(
+                &format!("progress before kill #{}", cycle + 1),
+                WAIT,
+                || (published() > before).then_some(()),
+            );
+            std::thread::sleep(Duration::from_millis(rng.range(0, 1500)));
+        }
         relay.signal("KILL");
         relay.wait_exit(WAIT);
         relay = start_relay(&args);
@@ -325,7 +355,7 @@ fn poll_relay_kill_9_cycles_under_load_lose_nothing() {
     reader.settle(Duration::from_secs(2));
     let verdict = verify(&ledger, &reader.records);
     eprintln!(
-        "FIGURES poll relay kill -9: kills={kills} batch={BATCH} written={} delivered={} lost={} unexpected={} reordered={} duplicated_total={} duplicated_max_copies={} writer={stats:?}",
+        "FIGURES poll relay kill -9: kills={kills} (during a {BIG}-row backlog: {mid_backlog}/{big}) batch={BATCH} written={} delivered={} lost={} unexpected={} reordered={} duplicated_total={} duplicated_max_copies={} writer={stats:?}",
         verdict.committed, verdict.delivered, verdict.lost, verdict.unexpected, verdict.reordered, verdict.duplicated_total, verdict.duplicated_max
     );
     assert!(
