@@ -28,6 +28,13 @@ from the same empty in-memory state):
             (CPU seconds / wall seconds): near 1.0, PostgreSQL is the limit.
   memory    pgoutbox peak RSS (VmHWM) draining MEM_ROWS rows as a backlog and as one
             transaction.
+  poll      `pgoutbox run --source poll` (issue 15) on its own table (pollrun.outbox,
+            set up by `pgoutbox setup --source poll`): p50/p99 commit → ack at a fixed
+            rate (default 1,000/s) with the NOTIFY trigger and interval-only (trigger
+            dropped, --poll-interval 1s), from the relay's histogram (created_at → ack:
+            single-row transactions, so created_at is within the commit's
+            milliseconds); then the backlog drain rate of ROWS rows (transactions of
+            100) by poll mode and by logical mode, same rows, same run.
 
 Invariants: figures are reported, never asserted; a measurement whose event count does
 not match what was written is marked invalid instead of silently reported. Progress goes
@@ -54,6 +61,9 @@ KEYS, PAD = 1000, 100
 ROW_SQL = ("'bench', {key}, 'Happened', "
            "jsonb_build_object('i', {i}, 'g', {g}, 'pad', repeat('x', %d))" % PAD)
 LOAD_FAIL = "load"
+# Poll-mode latency runs: (name, NOTIFY trigger installed, --poll-interval).
+POLL_VARIANTS = (("notify", True, "1s"), ("interval_only", False, "1s"),
+                 ("interval_only_100ms", False, "100ms"))
 
 
 def log(msg):
@@ -257,7 +267,7 @@ class Bench:
                                      check=True).stdout.strip()
         self.dir = opts.dir
         self.tansu = None
-        self.results = {"backlog": {}, "live": {}, "memory": {}}
+        self.results = {"backlog": {}, "live": {}, "memory": {}, "poll": {}}
         self.pressure = Pressure()
 
     # ---- processes -------------------------------------------------------------
@@ -665,6 +675,100 @@ class Bench:
                         + (f", backend {x['pg_backend_cpu_seconds'] * 1e6 / x['events']:.1f} µs CPU/ev"
                            if x.get("events") and x.get("pg_backend_cpu_seconds") is not None else ""))
 
+    # ---- poll mode (issue 15) ---------------------------------------------------
+    def poll_setup(self):
+        self.psql("CREATE SCHEMA IF NOT EXISTS pollrun",
+                  "CREATE TABLE IF NOT EXISTS pollrun.outbox (LIKE public.outbox INCLUDING ALL)")
+        subprocess.run([self.relay_bin, "setup", "--source", "poll", "--database-url", self.url,
+                        "--table", "pollrun.outbox"], check=True, stdout=subprocess.DEVNULL)
+
+    def start_poll_relay(self, extra=()):
+        t_spawn = time.time()
+        p = self.spawn([self.relay_bin, "run", "--source", "poll", "--database-url", self.url,
+                        "--brokers", self.brokers, "--table", "pollrun.outbox", "--topic-template",
+                        TOPIC_TEMPLATE, "--http-addr", "off", "--state-dir", "off", *extra],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
+        lines = Lines(p.stderr)
+        ready = lines.wait_for(r"relaying outbox to kafka by polling", 120)
+        if not ready:
+            self.reap(p, signal.SIGKILL)
+            raise RuntimeError(f"pgoutbox --source poll did not start within 120 s:\n{lines.tail()}")
+        return p, lines, t_spawn, ready[0]
+
+    def wait_published(self, p, lines, timeout):
+        deadline = time.time() + timeout
+        while self.sql.one("SELECT count(*) FROM pollrun.outbox WHERE published_at IS NULL") != "0":
+            if time.time() > deadline or self.poll(p) is not None:
+                raise RuntimeError(f"poll mode did not publish everything:\n{lines.tail()}")
+            time.sleep(0.01)
+        return time.time()
+
+    def live_poll(self, rate, secs, notify, interval):
+        self.poll_setup()
+        self.sql.rows("TRUNCATE pollrun.outbox")
+        if not notify:
+            self.sql.rows("DROP TRIGGER IF EXISTS pgoutbox_poll_notify ON pollrun.outbox")
+        self.restart_broker()
+        p, lines, _, _ = self.start_poll_relay(["--poll-interval", interval])
+        cpu0 = proc_cpu(p.pid)
+        n, achieved = self.pgbench("pollrun.outbox", rate, secs)
+        self.wait_published(p, lines, 120)
+        cpu1 = proc_cpu(p.pid)
+        stats = self.stop_relay(p, lines)
+        events = stats.get("acked", 0)
+        return {"events": events, "written": n, "achieved_rate": achieved, "valid": events == n,
+                "notify": notify, "interval": interval, "p50_us": stats.get("latency_p50_us"), "p99_us": stats.get("latency_p99_us"),
+                "cpu_seconds": cpu1 - cpu0}
+
+    def drain_poll(self, rows, k):
+        self.poll_setup()
+        self.sql.rows("TRUNCATE pollrun.outbox")
+        self.psql("SET synchronous_commit = off",
+                  f"DO $$ BEGIN FOR i IN 1..({rows} / {k}) LOOP "
+                  f"INSERT INTO pollrun.outbox (aggregate_type, aggregate_id, event_type, payload) SELECT "
+                  + ROW_SQL.format(key=f"((i * {k} + g) % 1000)::text", i="i", g="g")
+                  + f" FROM generate_series(1, {k}) g; COMMIT; END LOOP; END $$")
+        self.restart_broker()
+        p, lines, t_spawn, t_ready = self.start_poll_relay()
+        t_done = self.wait_published(p, lines, max(300, rows / 200))
+        cpu = proc_cpu(p.pid)
+        stats = self.stop_relay(p, lines)
+        return {"events_per_second": rows / (t_done - t_ready), "drain_seconds": t_done - t_ready,
+                "startup_seconds": t_ready - t_spawn, "cpu_us_per_event": cpu * 1e6 / rows if cpu else None,
+                "acked": stats.get("acked"), "valid": stats.get("acked") == rows}
+
+    def poll_mode(self, rate, secs, rows, reps):
+        """Issue 15's figures: NOTIFY vs interval-only latency, poll vs logical drain rate."""
+        out = self.results["poll"]
+        out.update(rate=rate, seconds=secs, rows=rows)
+        runs = out.setdefault("runs", {})
+        for r in range(reps):
+            for what, notify, interval in POLL_VARIANTS:
+                self.pressure.phase = f"poll live {what}"
+                x = self.live_poll(rate, secs, notify, interval)
+                x["rep"] = r
+                runs.setdefault(what, []).append(x)
+                log(f"  rep {r} poll {what:<13} p50 {fmt_ms(x['p50_us'])} p99 {fmt_ms(x['p99_us'])} ms, "
+                    f"{x['events']} events at {x['achieved_rate']:,.0f}/s")
+            k = 100
+            n = rows // k * k
+            self.pressure.phase = "poll drain"
+            x = self.drain_poll(n, k)
+            x["rep"] = r
+            runs.setdefault("drain_poll", []).append(x)
+            log(f"  rep {r} drain poll     {x['events_per_second']:>10,.0f} ev/s")
+            self.pressure.phase = "poll drain logical"
+            self.sql.rows("TRUNCATE outbox")
+            self.drop_slots("p\\_%")
+            self.create_slots([f"p_relay_{r}"])
+            end = self.load(n, k)
+            x = self.drain_relay(f"p_relay_{r}", end, n)
+            x["rep"] = r
+            runs.setdefault("drain_logical", []).append(x)
+            self.drop_slots("p\\_%")
+            log(f"  rep {r} drain logical  {x['events_per_second']:>10,.0f} ev/s")
+
     def memory(self, rows, k):
         for name, txn in (("backlog", k), ("single_txn", rows)):
             self.pressure.phase = f"memory {name}"
@@ -831,11 +935,36 @@ def build_table(res, before=None):
                      "", "", f"startup {fmt(median([x['startup_seconds'] for x in runs['pgoutbox']]), '.2f')} s "
                      "(excluded from the rate)", ""))
     rows += live_rows(res, before, verdict)
+    rows += poll_rows(res.get("poll") or {})
     for name, x in res["memory"].items():
         rows.append((f"memory: relay peak RSS MB, {x['rows']:,} rows as "
                      + ("one transaction" if name == "single_txn" else f"a backlog (txn {x['txn_size']})"),
                      fmt(x["peak_rss_mb"], ".1f"), "", f"{fmt(x['events_per_second'])} ev/s", "≤ 50 MB",
                      verdict(x["peak_rss_mb"] <= 50, x["valid"])))
+    return rows
+
+
+def poll_rows(poll):
+    """Issue 15's rows: poll-mode latency with NOTIFY vs interval-only, drain poll vs logical."""
+    runs = poll.get("runs") or {}
+    rows = []
+    med = lambda what, q: median([x[q] for x in runs.get(what, []) if x.get(q) is not None])
+    valid = lambda *ws: all(x["valid"] for w in ws for x in runs.get(w, []))
+    if runs.get("notify") and runs.get("interval_only"):
+        for q in ("p50_us", "p99_us"):
+            rows.append((f"poll {poll['rate']}/s: commit→ack {q[:3]} ms, NOTIFY vs interval-only (1 s)",
+                         fmt_ms(med("notify", q)), fmt_ms(med("interval_only", q)), "", "info",
+                         "" if valid("notify", "interval_only") else "(invalid run)"))
+    for what, _, interval in POLL_VARIANTS:
+        if runs.get(what):
+            rows.append((f"poll {poll['rate']}/s {what} (interval {interval}): p50/p99 ms; achieved insert rate",
+                         f"{fmt_ms(med(what, 'p50_us'))}/{fmt_ms(med(what, 'p99_us'))}", "",
+                         f"{fmt(med(what, 'achieved_rate'))}/s", "info", "" if valid(what) else "(invalid run)"))
+    if runs.get("drain_poll") and runs.get("drain_logical"):
+        p, lg = med("drain_poll", "events_per_second"), med("drain_logical", "events_per_second")
+        rows.append((f"backlog {poll['rows']:,} rows (txn 100): poll vs logical mode ev/s",
+                     fmt(p), fmt(lg), fmt(p / lg if p and lg else None, ".2f") + "×", "info",
+                     "" if valid("drain_poll", "drain_logical") else "(invalid run)"))
     return rows
 
 
@@ -858,8 +987,8 @@ def main():
     quick = os.environ.get("BENCH_QUICK") == "1"
     env = lambda name, default: type(default)(os.environ.get(name, default))
     ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
-    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live"])
-    ap.add_argument("args", nargs="*", help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]")
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll"])
+    ap.add_argument("args", nargs="*", help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]")
     ap.add_argument("--json", help="write the results here (default bench/results/<utc>.json)")
     ap.add_argument("--rates", default=env("BENCH_RATES", "1000 5000 10000"),
                     help="live insert rates, one-row transactions/s, space- or comma-separated "
@@ -884,6 +1013,9 @@ def main():
     if o.mode == "backlog":
         o.rows = int(o.args[0]) if o.args else o.rows
         o.txn_sizes = o.args[1] if len(o.args) > 1 else o.txn_sizes
+    if o.mode == "poll":
+        o.rate = int(o.args[0]) if o.args else (o.rate or 1000)
+        o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
     if o.mode == "live":
         o.rates = o.args[0] if o.args else o.rates
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
@@ -925,6 +1057,8 @@ def main():
             b.live(rates, o.live_seconds, o.reps)
         if o.mode == "all":
             b.memory(o.mem_rows, o.mem_txn)
+        if o.mode == "poll":
+            b.poll_mode(o.rate, o.live_seconds, o.rows, o.reps)
     except Exception as e:  # report what was measured before the failure
         error = f"{type(e).__name__}: {e}"
         log(f"error: {error}")

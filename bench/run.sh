@@ -5,6 +5,9 @@
 #   bench/run.sh backlog [ROWS] [TXN_SIZES]       backlog drains only (default 200000 "1 10 100")
 #   bench/run.sh live [RATES] [SECONDS]           the live table only: one-row backlog, idle relay,
 #                                                 then each rate (default "1000 5000 10000"/s)
+#   bench/run.sh poll [RATE] [SECONDS]            poll mode (issue 15): commit→ack p50/p99 with NOTIFY
+#                                                 and interval-only at RATE (default 1000/s), and the
+#                                                 backlog drain rate of poll vs logical mode (--rows)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),

@@ -196,6 +196,72 @@ pub struct SourceKindArg {
     pub kind: SourceKind,
 }
 
+/// The column poll mode claims rows in order of; shared by `run` and `setup`.
+#[derive(Debug, Clone, Args)]
+pub struct PollOrderArg {
+    /// With --source poll: the column rows are claimed and published in order of. The
+    /// default `seq` is a bigint identity column `setup --source poll` adds (adding it
+    /// rewrites the table once under an exclusive lock: do it before the table grows,
+    /// or name an existing increasing column). Row order follows this column, not
+    /// commit order: a row of a long transaction that commits after newer rows were
+    /// published is published after them. A timestamp like created_at = now() is a
+    /// poor choice: equal for every row of one transaction, so ties scramble them.
+    #[arg(
+        long = "poll-order-by",
+        env = "PGOUTBOX_POLL_ORDER_BY",
+        default_value = "seq",
+        value_name = "COLUMN"
+    )]
+    pub order_by: String,
+}
+
+/// Poll mode's settings (`run --source poll`).
+#[derive(Debug, Clone, Args)]
+pub struct PollArgs {
+    #[command(flatten)]
+    pub order: PollOrderArg,
+
+    /// With --source poll: rows claimed per transaction (SELECT … LIMIT n FOR UPDATE
+    /// SKIP LOCKED). Also the most a crash sends twice: the batch in flight is
+    /// unmarked, so it is claimed and sent again.
+    #[arg(
+        long = "poll-batch-size",
+        env = "PGOUTBOX_POLL_BATCH_SIZE",
+        default_value_t = 500,
+        value_name = "ROWS"
+    )]
+    pub batch_size: usize,
+
+    /// With --source poll: poll at least this often. The insert trigger's NOTIFY wakes
+    /// the relay at once; this is the fallback (no trigger installed, a notification
+    /// lost with a connection). A full batch is followed by the next one at once.
+    /// NOTIFY serializes the commits of inserting transactions: when writers need that
+    /// throughput, drop the trigger pgoutbox_poll_notify and poll every 100ms instead.
+    #[arg(long = "poll-interval", env = "PGOUTBOX_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub interval: std::time::Duration,
+
+    /// With --source poll: what happens to a row once Kafka acked it, in the claiming
+    /// transaction: `published` sets published_at = now() (the row stays for audit;
+    /// delete it later with `pgoutbox cleanup`), `delete` deletes it.
+    #[arg(
+        long = "poll-mark",
+        env = "PGOUTBOX_POLL_MARK",
+        value_enum,
+        default_value_t = PollMarkArg::Published,
+        value_name = "published|delete"
+    )]
+    pub mark: PollMarkArg,
+}
+
+/// `--poll-mark` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PollMarkArg {
+    /// Set published_at = now().
+    Published,
+    /// Delete the row.
+    Delete,
+}
+
 /// Where the outbox lives.
 #[derive(Debug, Clone, Args)]
 pub struct SourceArgs {
@@ -490,6 +556,12 @@ pub enum TailFormat {
 pub struct RunArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub source_kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub poll: PollArgs,
 
     #[command(flatten)]
     pub routing: RoutingArgs,
@@ -823,6 +895,12 @@ pub struct TeardownArgs {
 pub struct SetupArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub source_kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub poll_order: PollOrderArg,
 
     #[command(flatten)]
     pub slot: SlotArg,

@@ -29,6 +29,8 @@
 //!   on the SQL connection and timed when it comes back through the stream.
 //! - [`pipeline`]: one session's relay — the sans-I/O core, its I/O shell (the
 //!   `select!` loop) and the per-transaction ack tracker.
+//! - [`poll`]: `run --source poll`, the polling relay for servers without logical
+//!   replication (claim, mark, NOTIFY wake-up, advisory lock, backlog).
 //! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
 //! - [`state`]: the state file, the last confirmed LSN on local disk.
 //! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost,
@@ -51,6 +53,7 @@ pub mod ops;
 pub mod outbox;
 pub mod pg;
 pub mod pipeline;
+pub mod poll;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -12,8 +12,8 @@ use clap::{CommandFactory, Parser};
 use tokio_util::sync::CancellationToken;
 
 use pgoutbox::cli::{
-    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs, SetupArgs, StatusArgs,
-    TeardownArgs,
+    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs, SetupArgs, SourceKind,
+    StatusArgs, TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
@@ -218,6 +218,9 @@ fn man(args: ManArgs) -> anyhow::Result<()> {
 }
 
 async fn setup(args: SetupArgs) -> anyhow::Result<()> {
+    if args.source_kind.kind == SourceKind::Poll {
+        return setup_poll(args).await;
+    }
     let source = config::source(&args.source)?;
     let slot = validate_slot(&args.slot.name)?;
     if args.print_sql {
@@ -255,6 +258,42 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         word(outcome.publication),
         word(outcome.slot)
     ))
+}
+
+/// `setup --source poll`: poll mode's column, index and trigger, no publication or slot.
+async fn setup_poll(args: SetupArgs) -> anyhow::Result<()> {
+    let source = config::source(&args.source)?;
+    let order_by = &args.poll_order.order_by;
+    if args.print_sql {
+        let mut text = String::from("-- poll mode (pgoutbox run --source poll): published_at, the ordering column, the partial index, the NOTIFY trigger; idempotent\n");
+        for statement in pgoutbox::setup::poll_sql(&source.tables, order_by) {
+            text.push_str(&format!("{statement}\n"));
+        }
+        text.push_str("\n-- the relay's role (FOR UPDATE and the mark need UPDATE; with --poll-mark delete also grant DELETE)\n");
+        for table in &source.tables {
+            text.push_str(&format!(
+                "GRANT SELECT, UPDATE ON {} TO {};\n",
+                table.quoted(),
+                pgoutbox::pg::replication::quote_ident(&args.role)
+            ));
+        }
+        return print(&text);
+    }
+    let outcomes = pgoutbox::setup::run_poll(&source.conninfo, &source.tables, order_by)
+        .await
+        .context("setup --source poll failed")?;
+    let mut text = String::new();
+    for o in outcomes {
+        let added = match o.added.is_empty() {
+            true => "columns already present".to_owned(),
+            false => format!("added column(s) {}", o.added.join(", ")),
+        };
+        text.push_str(&format!(
+            "outbox table {}: ready for --source poll ({added}; partial index on unpublished rows and NOTIFY trigger ensured; ordered by {order_by:?})\n",
+            o.table
+        ));
+    }
+    print(&text)
 }
 
 async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()> {

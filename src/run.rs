@@ -25,6 +25,10 @@
 //! one too, and so is a producer whose oldest record got no ack for
 //! `--stall-timeout` (the session ends as stalled); SIGTERM/SIGINT drains, confirms
 //! and exits cleanly.
+//!
+//! With `--source poll` ([`crate::poll`]) the same producer, mapping and reconnect
+//! loop relay by polling the outbox table instead: no publication, no slot, no
+//! state file; the table's advisory lock decides which relay is active.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +83,8 @@ pub struct RunConfig {
     pub safety: SafetyConfig,
     /// `--heartbeat-interval`, `--heartbeat-max-age`.
     pub heartbeat: HeartbeatConfig,
+    /// `--source poll`: poll the table instead of streaming a slot.
+    pub poll: Option<crate::poll::PollConfig>,
 }
 
 /// Why the service stopped with an error.
@@ -109,6 +115,9 @@ pub enum RunError {
     /// The slot moved behind the relay's back, or the state file is unusable.
     #[error(transparent)]
     Safety(#[from] SafetyError),
+    /// Poll mode stopped.
+    #[error(transparent)]
+    Poll(#[from] crate::poll::PollError),
 }
 
 impl RunError {
@@ -116,6 +125,7 @@ impl RunError {
         match self {
             RunError::Catalog(e) => e.is_transient(),
             RunError::Pipeline(e) => e.is_transient(),
+            RunError::Poll(e) => e.is_transient(),
             _ => false,
         }
     }
@@ -160,6 +170,9 @@ async fn relay(
         "producer-probe",
         probe_producer(&sink, metrics.clone(), helpers.clone()),
     );
+    if let Some(poll) = &cfg.poll {
+        return relay_by_polling(cfg, poll, &mut sink, shutdown, metrics).await;
+    }
     beat.spawn(tasks, helpers.clone());
     let mut guard = open_guard(cfg)?;
     let create = guard.may_create()?;
@@ -227,7 +240,14 @@ async fn relay(
 /// producer too.
 fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError> {
     let Some((code, reason)) = sink.fatal_error() else {
-        if matches!(err, RunError::Pipeline(PipelineError::Stalled(_))) {
+        let stalled = |e: &PipelineError| matches!(e, PipelineError::Stalled(_));
+        let ended_stalled = match err {
+            RunError::Pipeline(e) | RunError::Poll(crate::poll::PollError::Pipeline(e)) => {
+                stalled(e)
+            }
+            _ => false,
+        };
+        if ended_stalled {
             sink.renew()?;
             return Ok(true);
         }
@@ -239,6 +259,65 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
     tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
     sink.renew()?;
     Ok(true)
+}
+
+/// `--source poll`: poll sessions until shutdown or a definite error; another
+/// relay holding the table's lock makes this one stand by (role, `/readyz` and the
+/// log as for a slot held by another relay), retrying with back-off.
+async fn relay_by_polling(
+    cfg: &RunConfig,
+    poll: &crate::poll::PollConfig,
+    sink: &mut KafkaSink,
+    shutdown: &CancellationToken,
+    metrics: &Arc<Metrics>,
+) -> Result<(), RunError> {
+    let mut generation: u16 = 0;
+    let mut backoff = Backoff::new(cfg.max_backoff);
+    let mut standing_by = false;
+    while !shutdown.is_cancelled() {
+        let started = tokio::time::Instant::now();
+        let conninfo = &cfg.source.conninfo;
+        let err: RunError = match crate::poll::session(
+            conninfo,
+            &cfg.pipeline,
+            poll,
+            sink,
+            generation,
+            shutdown,
+            metrics,
+        )
+        .await
+        {
+            Ok(()) => return Ok(()),
+            Err(err) => err.into(),
+        };
+        if !(renew_producer(sink, &err)? || err.is_transient()) {
+            return Err(err);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            backoff.reset();
+        }
+        let delay = backoff.next();
+        if matches!(&err, RunError::Poll(e) if e.is_standby()) {
+            metrics.set_role(Role::Standby);
+            if !standing_by {
+                tracing::info!(error = %crate::report::Report(&err), "standing by to take over");
+            }
+            standing_by = true;
+        } else {
+            metrics.set_role(Role::Connecting);
+            metrics.set_replication_connected(false);
+            tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "poll session interrupted; the open batch was rolled back and is claimed again");
+            standing_by = false;
+            metrics.reconnected();
+        }
+        generation = generation.wrapping_add(1);
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Several hosts and a `target_session_attrs` that admits a standby: after a

@@ -27,6 +27,7 @@ mod network;
 mod ops;
 mod packaging;
 mod poison;
+mod poll;
 mod replay;
 mod restart;
 mod run;

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordArgs, RecordTimestampArg,
-    ReplayArgs, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, PollMarkArg, RecordArgs,
+    RecordTimestampArg, ReplayArgs, RoutingArgs, RunArgs, SourceArgs, SourceKind, TailArgs,
+    TailFormat as TailFormatArg,
 };
 use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
@@ -39,6 +40,7 @@ use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::poll::{Mark, PollConfig};
 use crate::replay::{RawSelection, ReplayConfig, Selection, SelectionError};
 use crate::run::RunConfig;
 use crate::safety::SafetyConfig;
@@ -405,6 +407,12 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
     };
+    let poll = poll(args)?;
+    let mut heartbeat = heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?;
+    if poll.is_some() {
+        // The heartbeat travels through a replication stream; poll mode has none.
+        heartbeat.interval = None;
+    }
     Ok(RunConfig {
         source,
         slot: validate_slot(&args.slot.name)?,
@@ -424,7 +432,8 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
         },
-        heartbeat: heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?,
+        heartbeat,
+        poll,
     })
 }
 
@@ -504,6 +513,25 @@ pub fn heartbeat(interval: Duration, max_age: Duration) -> Result<HeartbeatConfi
     Ok(HeartbeatConfig { interval, max_age })
 }
 
+/// Poll mode's settings when `--source poll`.
+fn poll(args: &RunArgs) -> Result<Option<PollConfig>, ConfigError> {
+    if args.source_kind.kind != SourceKind::Poll {
+        return Ok(None);
+    }
+    if args.poll.batch_size == 0 {
+        return Err(ConfigError::ZeroWindow("poll-batch-size"));
+    }
+    Ok(Some(PollConfig {
+        batch_size: args.poll.batch_size,
+        interval: args.poll.interval.max(Duration::from_millis(1)),
+        mark: match args.poll.mark {
+            PollMarkArg::Published => Mark::Published,
+            PollMarkArg::Delete => Mark::Delete,
+        },
+        order_by: args.poll.order.order_by.clone(),
+    }))
+}
+
 /// Validate record-format arguments: the format and the placements (`None` when
 /// `--placement` was not given: the default `event_type` header).
 pub fn format(args: &FormatArgs) -> Result<(RecordFormat, Option<Vec<Placement>>), ConfigError> {
@@ -541,6 +569,23 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     line("database_url", q(&cfg.source.conninfo.redacted()));
     if cfg.source.conninfo.password.is_some() {
         line("# database password", q("[redacted]"));
+    }
+    line(
+        "source",
+        q(if cfg.poll.is_some() {
+            "poll"
+        } else {
+            "logical"
+        }),
+    );
+    if let Some(poll) = &cfg.poll {
+        line("poll_batch_size", poll.batch_size.to_string());
+        line(
+            "poll_interval",
+            q(&humantime::format_duration(poll.interval).to_string()),
+        );
+        line("poll_mark", q(poll.mark.name()));
+        line("poll_order_by", q(&poll.order_by));
     }
     line("publication", q(&cfg.source.publication));
     line("slot", q(&cfg.slot));

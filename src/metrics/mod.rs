@@ -25,6 +25,7 @@
 //! confirmed to the server, refreshed at each status tick (100 ms).
 
 pub mod heartbeat;
+pub mod poll;
 mod process;
 pub mod role;
 
@@ -127,6 +128,8 @@ pub struct Metrics {
     role: AtomicU8,
     /// The end-to-end heartbeat ([`crate::heartbeat`]).
     pub heartbeat: heartbeat::HeartbeatState,
+    /// Poll mode's series (`run --source poll`).
+    pub poll: poll::PollMetrics,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -424,6 +427,7 @@ impl Metrics {
             self.stalls.load(Ordering::Relaxed),
         );
         self.render_heartbeat(&mut out);
+        self.poll.render(&mut out);
         self.render_identity(&mut out);
         process::Sample::read().render(&mut out);
         out

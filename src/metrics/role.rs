@@ -81,7 +81,7 @@ impl Health {
     pub(super) fn body(&self) -> String {
         let up = |ok: bool| if ok { "connected" } else { "down" };
         let replication = match self.role {
-            Role::Standby => "standing by: the slot is held by another process",
+            Role::Standby => "standing by: another relay holds the slot (with --source poll: the table's poll lock)",
             _ => up(self.replication),
         };
         let stall = match &self.stalled {
@@ -121,7 +121,7 @@ mod tests {
         assert!(standby.ready());
         assert_eq!(
             standby.body(),
-            "role: standby\nreplication: standing by: the slot is held by another process\nproducer: connected\n"
+            "role: standby\nreplication: standing by: another relay holds the slot (with --source poll: the table's poll lock)\nproducer: connected\n"
         );
         let broken = health(Role::Connecting, false, true);
         assert!(!broken.ready());

@@ -6,11 +6,15 @@
 //!
 //! Invariants: each attempt connects to one host ([`ConnInfo::for_host`], so each
 //! host gets its own password-file line); the connection task runs in the background
-//! until the client is dropped; errors name the host and the fix.
+//! until the client is dropped; errors name the host and the fix. A listening
+//! connection ([`connect_listening`]) forwards each `NOTIFY` it receives on a
+//! channel, which closes when the connection ends — how poll mode learns that its
+//! lock session is gone.
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, Notification, SimpleQueryMessage};
 
 use crate::pg::catalog::{describe, CatalogError};
 use crate::pg::channel_binding::Refusal;
@@ -29,7 +33,21 @@ pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
 
 /// [`connect`], also saying which host it chose.
 pub async fn connect_on(info: &ConnInfo) -> Result<(Client, HostAddr), CatalogError> {
-    match host_walk::walk(info, &SqlAttempt).await {
+    walk(info, SqlAttempt { notify: None }).await
+}
+
+/// [`connect`], forwarding the notifications of the channels the client `LISTEN`s
+/// to. The receiver yields `None` once the connection has ended.
+pub async fn connect_listening(
+    info: &ConnInfo,
+) -> Result<(Client, mpsc::UnboundedReceiver<Notification>), CatalogError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (client, _) = walk(info, SqlAttempt { notify: Some(tx) }).await?;
+    Ok((client, rx))
+}
+
+async fn walk(info: &ConnInfo, attempt: SqlAttempt) -> Result<(Client, HostAddr), CatalogError> {
+    match host_walk::walk(info, &attempt).await {
         Ok((session, addr)) => Ok((session.client, addr)),
         Err(WalkError::Host(err)) => Err(err),
         Err(WalkError::NoHost(none)) => Err(none.into()),
@@ -42,15 +60,18 @@ struct Session {
     reported: [Option<String>; 2],
 }
 
-/// The SQL connection as one attempt of a host walk.
-struct SqlAttempt;
+/// The SQL connection as one attempt of a host walk; `notify` receives the
+/// notifications of a listening connection.
+struct SqlAttempt {
+    notify: Option<mpsc::UnboundedSender<Notification>>,
+}
 
 impl HostAttempt for SqlAttempt {
     type Conn = Session;
     type Error = CatalogError;
 
     async fn connect(&self, single: &ConnInfo) -> Result<Session, CatalogError> {
-        connect_one(single).await
+        connect_one(single, self.notify.clone()).await
     }
 
     async fn query_one(&self, conn: &mut Session, sql: &str) -> Result<String, CatalogError> {
@@ -97,7 +118,10 @@ impl HostAttempt for SqlAttempt {
 }
 
 /// The one host of `single`, with our TLS connector when `sslmode` asks for TLS.
-async fn connect_one(single: &ConnInfo) -> Result<Session, CatalogError> {
+async fn connect_one(
+    single: &ConnInfo,
+    notify: Option<mpsc::UnboundedSender<Notification>>,
+) -> Result<Session, CatalogError> {
     let config = single.to_tokio_postgres();
     let connected = match tls::client_config(single)? {
         Some(tls) => config
@@ -105,14 +129,14 @@ async fn connect_one(single: &ConnInfo) -> Result<Session, CatalogError> {
             .await
             .map(|(client, conn)| {
                 let reported = REPORTED.map(|n| conn.parameter(n).map(str::to_owned));
-                (spawn_connection(client, conn), reported)
+                (spawn_connection(client, conn, notify), reported)
             }),
         None => config
             .connect(tokio_postgres::NoTls)
             .await
             .map(|(client, conn)| {
                 let reported = REPORTED.map(|n| conn.parameter(n).map(str::to_owned));
-                (spawn_connection(client, conn), reported)
+                (spawn_connection(client, conn, notify), reported)
             }),
     };
     let (client, reported) = connected.map_err(|source| connect_error(single, source))?;
@@ -155,8 +179,12 @@ fn connect_error(info: &ConnInfo, source: tokio_postgres::Error) -> CatalogError
 }
 
 /// Drive a tokio-postgres connection in the background; it ends when the client
-/// is dropped.
-fn spawn_connection<S, T>(client: Client, conn: tokio_postgres::Connection<S, T>) -> Client
+/// is dropped. Notifications go to `notify` (dropped, so closed, when it ends).
+fn spawn_connection<S, T>(
+    client: Client,
+    conn: tokio_postgres::Connection<S, T>,
+    notify: Option<mpsc::UnboundedSender<Notification>>,
+) -> Client
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -169,6 +197,11 @@ where
             match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
                 Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => {
                     crate::pg::connection::log_notice(&(&notice).into());
+                }
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                    if let Some(tx) = &notify {
+                        let _ = tx.send(n);
+                    }
                 }
                 Some(Ok(_)) => {}
                 Some(Err(err)) => {

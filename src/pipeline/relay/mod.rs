@@ -251,11 +251,24 @@ impl<'a> Relay<'a> {
         lsn: Lsn,
         data: Bytes,
     ) -> Result<(), PipelineError> {
-        self.at = lsn;
         let message = self
             .decoder
             .decode(data)
             .map_err(|source| PipelineError::Decode { lsn, source })?;
+        self.on_message(sink, lsn, message)
+    }
+
+    /// One decoded pgoutput message at `lsn`. The replication stream enters through
+    /// [`on_wal`](Self::on_wal); poll mode ([`crate::poll`]) builds the same
+    /// messages (Relation, Begin, Insert, Commit) from the rows it claims, so both
+    /// modes share every decision from row to record.
+    pub fn on_message<S: Sink>(
+        &mut self,
+        sink: &mut S,
+        lsn: Lsn,
+        message: PgOutputMessage,
+    ) -> Result<(), PipelineError> {
+        self.at = lsn;
         match message {
             PgOutputMessage::Begin(begin) => {
                 let no = self.tracker.begin(begin.commit_time);
