@@ -127,6 +127,18 @@ pub enum Command {
     /// Idempotent: existing objects are checked, never altered. With --print-sql,
     /// only prints the SQL a DBA would run.
     Setup(SetupArgs),
+    /// Delete outbox rows the relay is done with, older than --older-than, in small
+    /// batches (one short transaction each, so no long lock).
+    ///
+    /// --source poll: rows whose published_at is older than the cutoff (unpublished
+    /// rows are never touched). --source logical: rows whose timestamp column is older
+    /// than the cutoff AND whose inserting transaction the replication slot has
+    /// confirmed (finished before the slot's catalog_xmin horizon), so a row not yet
+    /// relayed survives however old it is. Prints a summary (rows, batches, time,
+    /// longest batch). --dry-run only counts.
+    ///
+    /// Example: pgoutbox cleanup --database-url postgres://relay@db/shop --older-than 7d
+    Cleanup(CleanupArgs),
 }
 
 /// `pgoutbox man`.
@@ -170,6 +182,33 @@ pub struct SourceKindArg {
         value_name = "KIND"
     )]
     pub kind: SourceKind,
+}
+
+/// How poll mode marks a row once Kafka acked it (`--poll-mark`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum PollMark {
+    /// Set the nullable `published_at` column to now(); rows stay until
+    /// `pgoutbox cleanup` deletes them.
+    #[default]
+    PublishedAt,
+    /// Delete the row: the table holds only what is not yet published.
+    Delete,
+}
+
+/// `--poll-mark`, for the subcommands that must know how poll mode marks rows.
+#[derive(Debug, Clone, Args)]
+pub struct PollMarkArg {
+    /// With --source poll: how a published row is marked, `published-at` (set the
+    /// published_at column; needs UPDATE on it) or `delete` (needs DELETE, and
+    /// UPDATE on one column for SELECT … FOR UPDATE).
+    #[arg(
+        long = "poll-mark",
+        env = "PGOUTBOX_POLL_MARK",
+        value_enum,
+        default_value_t = PollMark::PublishedAt,
+        value_name = "MARK"
+    )]
+    pub mark: PollMark,
 }
 
 /// Where the outbox lives.
@@ -652,6 +691,12 @@ pub struct CheckArgs {
     pub source: SourceArgs,
 
     #[command(flatten)]
+    pub kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub poll_mark: PollMarkArg,
+
+    #[command(flatten)]
     pub routing: RoutingArgs,
 
     #[command(flatten)]
@@ -671,6 +716,51 @@ pub struct CheckArgs {
     /// Output JSON instead of lines.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `pgoutbox cleanup`.
+#[derive(Debug, Clone, Args)]
+pub struct CleanupArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    #[command(flatten)]
+    pub slot: SlotArg,
+
+    /// Delete rows older than this: `7d`, `12h`, `30m`, `1h 30m` (the timestamp
+    /// column in logical mode, published_at in poll mode). 0 is refused without --force.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub older_than: std::time::Duration,
+
+    /// Rows per batch; each batch is one DELETE in its own short transaction.
+    #[arg(
+        long,
+        env = "PGOUTBOX_CLEANUP_BATCH_SIZE",
+        default_value_t = crate::ops::cleanup::DEFAULT_BATCH_SIZE,
+        value_parser = clap::value_parser!(u32).range(1..),
+        value_name = "ROWS"
+    )]
+    pub batch_size: u32,
+
+    /// Only count the rows that would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Accept --older-than 0 (delete everything the relay is done with, however new).
+    #[arg(long)]
+    pub force: bool,
+
+    /// Logical mode without the slot test: delete by age alone. Only when the outbox
+    /// table is not the last copy of its events (the slot was dropped on purpose, the
+    /// events are archived elsewhere). Deliberately has no environment twin.
+    #[arg(long)]
+    pub not_last_copy: bool,
 }
 
 /// `pgoutbox status`.

@@ -36,6 +36,7 @@ fn table(name: &str) -> TableName {
 /// after the database (slot names are cluster-wide).
 fn input(db: &TestDb<'_>) -> CheckInput {
     CheckInput {
+        mode: Default::default(),
         conninfo: conninfo(&db.url()),
         publication: "pgoutbox".into(),
         tables: vec![table("public.outbox")],
@@ -494,6 +495,7 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         .unwrap()
         .port();
     let input = CheckInput {
+        mode: Default::default(),
         conninfo: conninfo(&format!(
             "postgres://app@127.0.0.1:{port}/shop?sslmode=disable&connect_timeout=5"
         )),
