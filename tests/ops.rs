@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use pgoutbox::ops::check::{check, Check, CheckInput, CheckReport};
+use pgoutbox::ops::check::{check, Check, CheckInput, CheckMode, CheckReport, PollMark};
 use pgoutbox::ops::status::status;
 use pgoutbox::ops::teardown::{teardown, StateCleanup, TeardownError};
 use pgoutbox::pg::catalog::{grants_sql, CatalogError, TableName};
@@ -306,6 +306,152 @@ async fn check_with_wal_level_replica_names_the_setting_and_the_fix() {
         "{wal:?}"
     );
     assert!(fix(wal).contains("restart"), "{wal:?}");
+    cluster.stop("fast");
+}
+
+/// What `setup --source poll` installs, written out here so the test does not
+/// depend on it: the column, the partial index, a NOTIFY trigger.
+const POLL_OBJECTS: &str = "\
+    ALTER TABLE outbox ADD COLUMN published_at timestamptz; \
+    CREATE INDEX outbox_unpublished_idx ON outbox (created_at) WHERE published_at IS NULL; \
+    CREATE FUNCTION outbox_wake() RETURNS trigger LANGUAGE plpgsql AS \
+      $$BEGIN PERFORM pg_notify('pgoutbox', ''); RETURN NULL; END$$; \
+    CREATE TRIGGER outbox_wake AFTER INSERT ON outbox \
+      FOR EACH STATEMENT EXECUTE FUNCTION outbox_wake();";
+
+/// Issue 15: on a server without logical replication, `check` names the way out
+/// (`--source poll`) on the wal_level line, and `check --source poll` checks what
+/// poll mode needs — each missing piece a failure with its fix, which works —
+/// without asking for wal_level, REPLICATION, a publication or a slot.
+#[tokio::test]
+async fn check_source_poll_on_wal_level_replica() {
+    let cluster = PgCluster::start(ClusterOptions {
+        conf: vec!["wal_level = replica".into()],
+        ..Default::default()
+    });
+    let db = cluster.fresh_db();
+    let mut logical = Pgoutbox::spawn(&["check", "--database-url", &db.url()]);
+    assert!(!logical.wait_exit(WAIT).success());
+    let out = logical.stdout_so_far();
+    let wal: Vec<_> = out.iter().filter(|l| l.contains("wal_level")).collect();
+    assert_eq!(wal.len(), 1, "{out:?}");
+    assert!(wal[0]
+        .starts_with("✘ wal_level: server = replica — fix: ALTER SYSTEM SET wal_level = logical"));
+    assert!(
+        wal[0].contains("`pgoutbox check --source poll`"),
+        "{}",
+        wal[0]
+    );
+
+    let poll = |mark| CheckInput {
+        mode: CheckMode::Poll(mark),
+        ..input(&db)
+    };
+    let report = check(&poll(PollMark::PublishedAt)).await;
+    assert_eq!(
+        failures(&report),
+        [
+            ("published_at", "public.outbox"),
+            ("unpublished_index", "public.outbox"),
+        ],
+        "{}",
+        report.render()
+    );
+    assert_eq!(
+        fix(get(&report, "published_at", "public.outbox")),
+        "ALTER TABLE \"public\".\"outbox\" ADD COLUMN \"published_at\" timestamptz; (or \
+         `pgoutbox setup --source poll --table public.outbox` installs it (`--print-sql` \
+         prints the SQL for a DBA))"
+    );
+    let trigger = get(&report, "notify_trigger", "public.outbox");
+    assert!(
+        trigger.ok && trigger.observed.contains("poll interval"),
+        "{trigger:?}"
+    );
+    for name in ["wal_level", "role_replication", "publication", "slot"] {
+        assert!(
+            !names(&report).contains(&name),
+            "{name}: {}",
+            report.render()
+        );
+    }
+
+    db.psql(POLL_OBJECTS);
+    let report = check(&poll(PollMark::PublishedAt)).await;
+    assert!(report.ok(), "{}", report.render());
+    assert_eq!(
+        names(&report),
+        [
+            "connection",
+            "server_version",
+            "role_login",
+            "table",
+            "columns",
+            "select_privilege",
+            "published_at",
+            "unpublished_index",
+            "poll_privileges",
+            "notify_trigger"
+        ]
+    );
+    assert_eq!(
+        get(&report, "unpublished_index", "public.outbox").observed,
+        "outbox_unpublished_idx (WHERE published_at IS NULL)"
+    );
+    assert_eq!(
+        get(&report, "notify_trigger", "public.outbox").observed,
+        "outbox_wake (INSERT, NOTIFY)"
+    );
+
+    // A role with SELECT only: each mark names the grants it lacks; the fixes work.
+    let relay = format!("{}_poll", db.name);
+    db.psql(&format!(
+        "CREATE ROLE {relay} LOGIN; GRANT SELECT ON outbox TO {relay}"
+    ));
+    let as_relay = |mark| CheckInput {
+        conninfo: conninfo(&format!(
+            "postgres://{relay}@127.0.0.1:{}/{}?sslmode=disable",
+            cluster.port, db.name
+        )),
+        ..poll(mark)
+    };
+    for mark in [PollMark::Delete, PollMark::PublishedAt] {
+        let report = check(&as_relay(mark)).await;
+        assert_eq!(
+            failures(&report),
+            [("poll_privileges", "public.outbox")],
+            "{}",
+            report.render()
+        );
+        let grants = fix(get(&report, "poll_privileges", "public.outbox")).to_owned();
+        let expected = match mark {
+            PollMark::PublishedAt => {
+                format!("GRANT UPDATE (\"published_at\") ON \"public\".\"outbox\" TO \"{relay}\";")
+            }
+            PollMark::Delete => format!(
+                "GRANT DELETE ON \"public\".\"outbox\" TO \"{relay}\"; \
+                 GRANT UPDATE (\"id\") ON \"public\".\"outbox\" TO \"{relay}\";"
+            ),
+        };
+        assert_eq!(grants, expected);
+        db.psql(&grants);
+        let report = check(&as_relay(mark)).await;
+        assert!(report.ok(), "{}", report.render());
+    }
+
+    // The binary: --source poll passes on this server, exit 0.
+    let mut cli = Pgoutbox::spawn(&["check", "--source", "poll", "--database-url", &db.url()]);
+    assert!(cli.wait_exit(WAIT).success(), "{}", cli.stderr());
+    let out = cli.stdout_so_far().join("\n");
+    assert!(out.contains("✔ published_at: public.outbox"), "{out}");
+    db.psql("DROP INDEX outbox_unpublished_idx");
+    let mut cli = Pgoutbox::spawn(&["check", "--source", "poll", "--database-url", &db.url()]);
+    assert!(!cli.wait_exit(WAIT).success());
+    let out = cli.stdout_so_far().join("\n");
+    assert!(
+        out.contains("✘ unpublished_index: public.outbox = no valid index"),
+        "{out}"
+    );
     cluster.stop("fast");
 }
 
