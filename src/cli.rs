@@ -184,31 +184,49 @@ pub struct SourceKindArg {
     pub kind: SourceKind,
 }
 
-/// How poll mode marks a row once Kafka acked it (`--poll-mark`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum PollMark {
-    /// Set the nullable `published_at` column to now(); rows stay until
-    /// `pgoutbox cleanup` deletes them.
-    #[default]
-    PublishedAt,
-    /// Delete the row: the table holds only what is not yet published.
+/// `--poll-mark` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PollMarkArg {
+    /// Set published_at = now().
+    Published,
+    /// Delete the row.
     Delete,
 }
 
-/// `--poll-mark`, for the subcommands that must know how poll mode marks rows.
+/// `--poll-mark` on its own, for `check` (which needs no other poll setting).
 #[derive(Debug, Clone, Args)]
-pub struct PollMarkArg {
-    /// With --source poll: how a published row is marked, `published-at` (set the
-    /// published_at column; needs UPDATE on it) or `delete` (needs DELETE, and
-    /// UPDATE on one column for SELECT … FOR UPDATE).
+pub struct PollMarkFlag {
+    /// With --source poll: how the relay marks a row once Kafka acked it: `published`
+    /// sets published_at (needs the column, its partial index, UPDATE on it), `delete`
+    /// deletes it (needs DELETE, and UPDATE on some column: SELECT … FOR UPDATE
+    /// requires it). Use the value `run` uses.
     #[arg(
         long = "poll-mark",
         env = "PGOUTBOX_POLL_MARK",
         value_enum,
-        default_value_t = PollMark::PublishedAt,
-        value_name = "MARK"
+        default_value_t = PollMarkArg::Published,
+        value_name = "published|delete"
     )]
-    pub mark: PollMark,
+    pub mark: PollMarkArg,
+}
+
+/// The column poll mode claims rows in order of; shared by `run` and `setup`.
+#[derive(Debug, Clone, Args)]
+pub struct PollOrderArg {
+    /// With --source poll: the column rows are claimed and published in order of. The
+    /// default `seq` is a bigint identity column `setup --source poll` adds (adding it
+    /// rewrites the table once under an exclusive lock: do it before the table grows,
+    /// or name an existing increasing column). Row order follows this column, not
+    /// commit order: a row of a long transaction that commits after newer rows were
+    /// published is published after them. A timestamp like created_at = now() is a
+    /// poor choice: equal for every row of one transaction, so ties scramble them.
+    #[arg(
+        long = "poll-order-by",
+        env = "PGOUTBOX_POLL_ORDER_BY",
+        default_value = "seq",
+        value_name = "COLUMN"
+    )]
+    pub order_by: String,
 }
 
 /// Where the outbox lives.
@@ -694,7 +712,10 @@ pub struct CheckArgs {
     pub kind: SourceKindArg,
 
     #[command(flatten)]
-    pub poll_mark: PollMarkArg,
+    pub poll_mark: PollMarkFlag,
+
+    #[command(flatten)]
+    pub poll_order: PollOrderArg,
 
     #[command(flatten)]
     pub routing: RoutingArgs,

@@ -12,8 +12,8 @@ use clap::{CommandFactory, Parser};
 use tokio_util::sync::CancellationToken;
 
 use pgoutbox::cli::{
-    CheckArgs, CleanupArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs, PollMark,
-    SetupArgs, SourceKind, StatusArgs, TeardownArgs,
+    CheckArgs, CleanupArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs,
+    PollMarkArg, SetupArgs, SourceKind, StatusArgs, TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
@@ -262,10 +262,13 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         .collect();
     let mode = match args.kind.kind {
         SourceKind::Logical => CheckMode::Logical,
-        SourceKind::Poll => CheckMode::Poll(match args.poll_mark.mark {
-            PollMark::PublishedAt => checks::PollMark::PublishedAt,
-            PollMark::Delete => checks::PollMark::Delete,
-        }),
+        SourceKind::Poll => CheckMode::Poll {
+            mark: match args.poll_mark.mark {
+                PollMarkArg::Published => checks::PollMark::Published,
+                PollMarkArg::Delete => checks::PollMark::Delete,
+            },
+            order_by: args.poll_order.order_by.clone(),
+        },
     };
     let input = CheckInput {
         mode,

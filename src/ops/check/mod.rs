@@ -20,7 +20,7 @@
 //!
 //! With `--source poll` ([`CheckMode::Poll`]) the PostgreSQL part is instead
 //! `connection`, `server_version`, `role_login`, the table checks, and per table
-//! `published_at`, `unpublished_index`, `poll_privileges`, `notify_trigger`
+//! `published_at`, `unpublished_index`, `poll_order`, `poll_privileges`, `notify_trigger`
 //! (poll.rs); nothing about wal_level, replication, publication or slot.
 //!
 //! Invariants:
@@ -50,14 +50,19 @@ use crate::pg::catalog::{self, CatalogError, TableName};
 use crate::pg::conninfo::ConnInfo;
 
 /// Which relay mode to check for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum CheckMode {
     /// Logical replication: wal_level, REPLICATION, publication, slot.
     #[default]
     Logical,
     /// Polling ([`poll`]): the outbox table's published_at column, its partial index,
-    /// the privileges to claim and mark rows, the NOTIFY trigger.
-    Poll(PollMark),
+    /// the ordering column, the privileges to claim and mark rows, the NOTIFY trigger.
+    Poll {
+        /// `--poll-mark`.
+        mark: PollMark,
+        /// `--poll-order-by`: the column rows are claimed in order of.
+        order_by: String,
+    },
 }
 
 /// How poll mode marks a published row.
@@ -65,7 +70,7 @@ pub enum CheckMode {
 pub enum PollMark {
     /// `published_at = now()`: needs the column, the partial index, UPDATE on it.
     #[default]
-    PublishedAt,
+    Published,
     /// `DELETE`: needs DELETE (and UPDATE on a column for `FOR UPDATE`).
     Delete,
 }
@@ -266,13 +271,18 @@ async fn postgres_checks(
             facts.role, facts.database, facts.version
         ),
     ));
-    if let CheckMode::Poll(mark) = input.mode {
+    if let CheckMode::Poll { mark, order_by } = &input.mode {
         // No wal_level, REPLICATION, publication or slot: poll mode reads the table.
         checks.push(server::version_check(&facts));
         let roles = server::role_checks(client, &facts.role).await;
         checks.extend(roles.into_iter().filter(|c| c.name != "role_replication"));
         let tables = objects::table_checks(client, input, &facts.role, checks).await;
-        poll::poll_checks(client, input, mark, &facts.role, &tables, checks).await;
+        let wanted = poll::Wanted {
+            mark: *mark,
+            order_by,
+            role: &facts.role,
+        };
+        poll::poll_checks(client, input, &wanted, &tables, checks).await;
         return;
     }
     // The slot is looked up first: the headroom checks need to know whether it

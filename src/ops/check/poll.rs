@@ -1,6 +1,7 @@
 //! Checks of what poll mode (`--source poll`) needs on each outbox table: the
-//! `published_at` column, the partial index on unpublished rows, the privileges to
-//! claim and mark rows, and the NOTIFY trigger that wakes the relay.
+//! `published_at` column, the partial index on unpublished rows, the ordering column
+//! (`--poll-order-by`), the privileges to claim and mark rows, and the NOTIFY
+//! trigger that wakes the relay.
 //!
 //! Owns the rules: with `--poll-mark published-at` the column must be a nullable
 //! `timestamptz` (NULL = not yet published) with a valid index `WHERE published_at IS
@@ -20,6 +21,14 @@ use crate::pg::replication::quote_ident;
 /// The column poll mode marks published rows in.
 pub const PUBLISHED_COLUMN: &str = "published_at";
 
+/// What the relay will do: the mark, the ordering column, as which role.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wanted<'a> {
+    pub mark: PollMark,
+    pub order_by: &'a str,
+    pub role: &'a str,
+}
+
 /// What the catalog says about one table, for poll mode.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct PollFacts {
@@ -37,6 +46,8 @@ pub(super) struct PollFacts {
     pub delete: bool,
     /// UPDATE on at least one column (what `SELECT … FOR UPDATE` needs).
     pub update_any: bool,
+    /// Whether the `--poll-order-by` column exists.
+    pub order_column: bool,
 }
 
 const FACTS_SQL: &str = "\
@@ -56,12 +67,18 @@ SELECT (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
             THEN has_column_privilege(c.oid, $2, 'UPDATE') \
             ELSE has_table_privilege(c.oid, 'UPDATE') END, \
        has_table_privilege(c.oid, 'DELETE'), \
-       has_any_column_privilege(c.oid, 'UPDATE') \
+       has_any_column_privilege(c.oid, 'UPDATE'), \
+       EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid \
+                 AND a.attname = $3 AND a.attnum > 0 AND NOT a.attisdropped) \
 FROM pg_class c WHERE c.oid = to_regclass($1)";
 
-async fn facts(client: &Client, table: &TableName) -> Result<PollFacts, tokio_postgres::Error> {
+async fn facts(
+    client: &Client,
+    table: &TableName,
+    order_by: &str,
+) -> Result<PollFacts, tokio_postgres::Error> {
     let row = client
-        .query_one(FACTS_SQL, &[&table.quoted(), &PUBLISHED_COLUMN])
+        .query_one(FACTS_SQL, &[&table.quoted(), &PUBLISHED_COLUMN, &order_by])
         .await?;
     Ok(PollFacts {
         column_type: row.get(0),
@@ -71,6 +88,7 @@ async fn facts(client: &Client, table: &TableName) -> Result<PollFacts, tokio_po
         update_column: row.get(4),
         delete: row.get(5),
         update_any: row.get(6),
+        order_column: row.get(7),
     })
 }
 
@@ -78,16 +96,15 @@ async fn facts(client: &Client, table: &TableName) -> Result<PollFacts, tokio_po
 pub(super) async fn poll_checks(
     client: &Client,
     input: &CheckInput,
-    mark: PollMark,
-    role: &str,
+    wanted: &Wanted<'_>,
     tables: &[FoundTable],
     checks: &mut Vec<Check>,
 ) {
     let id_column = input.columns.first().map_or("id", String::as_str);
     for found in tables {
         let table = &found.name;
-        match facts(client, table).await {
-            Ok(f) => checks.extend(verdicts(table, mark, role, id_column, &f)),
+        match facts(client, table, wanted.order_by).await {
+            Ok(f) => checks.extend(verdicts(table, wanted, id_column, &f)),
             Err(err) => checks.push(Check::query_failed(
                 "poll_privileges",
                 table.to_string(),
@@ -105,23 +122,40 @@ fn setup_hint(table: &TableName) -> String {
     )
 }
 
-/// `published_at`, `unpublished_index` (published-at mark only), `poll_privileges`,
-/// `notify_trigger`.
+/// `published_at`, `unpublished_index` (published mark only), `poll_order`,
+/// `poll_privileges`, `notify_trigger`.
 pub(super) fn verdicts(
     table: &TableName,
-    mark: PollMark,
-    role: &str,
+    wanted: &Wanted<'_>,
     id_column: &str,
     f: &PollFacts,
 ) -> Vec<Check> {
     let mut checks = Vec::new();
-    if mark == PollMark::PublishedAt {
+    if wanted.mark == PollMark::Published {
         checks.push(column_check(table, f));
         checks.push(index_check(table, f));
     }
-    checks.push(privilege_check(table, mark, role, id_column, f));
+    checks.push(order_check(table, wanted.order_by, f));
+    checks.push(privilege_check(table, wanted, id_column, f));
     checks.push(trigger_check(table, f));
     checks
+}
+
+fn order_check(table: &TableName, order_by: &str, f: &PollFacts) -> Check {
+    let object = table.to_string();
+    if f.order_column {
+        return Check::pass("poll_order", object, format!("{order_by} exists"));
+    }
+    Check::fail(
+        "poll_order",
+        object,
+        format!("no column {order_by} to claim rows in order of (--poll-order-by)"),
+        format!(
+            "{} (the default seq is a bigint identity column), or name an existing \
+             increasing column with --poll-order-by",
+            setup_hint(table)
+        ),
+    )
 }
 
 fn column_check(table: &TableName, f: &PollFacts) -> Check {
@@ -189,20 +223,20 @@ fn index_check(table: &TableName, f: &PollFacts) -> Check {
 
 fn privilege_check(
     table: &TableName,
-    mark: PollMark,
-    role: &str,
+    wanted: &Wanted<'_>,
     id_column: &str,
     f: &PollFacts,
 ) -> Check {
     let object = table.to_string();
+    let role = wanted.role;
     let (quoted, who) = (table.quoted(), quote_ident(role));
-    match mark {
-        PollMark::PublishedAt if f.update_column => Check::pass(
+    match wanted.mark {
+        PollMark::Published if f.update_column => Check::pass(
             "poll_privileges",
             object,
             format!("{role} may UPDATE {PUBLISHED_COLUMN}"),
         ),
-        PollMark::PublishedAt => Check::fail(
+        PollMark::Published => Check::fail(
             "poll_privileges",
             object,
             format!("{role} may not UPDATE {PUBLISHED_COLUMN} (poll mode marks rows with it)"),
@@ -272,6 +306,7 @@ mod tests {
             update_column: true,
             delete: false,
             update_any: true,
+            order_column: true,
         }
     }
 
@@ -280,18 +315,24 @@ mod tests {
     }
 
     fn run(mark: PollMark, f: &PollFacts) -> Vec<Check> {
-        verdicts(&table(), mark, "relay", "id", f)
+        let wanted = Wanted {
+            mark,
+            order_by: "seq",
+            role: "relay",
+        };
+        verdicts(&table(), &wanted, "id", f)
     }
 
     #[test]
     fn everything_present_passes() {
-        let checks = run(PollMark::PublishedAt, &good());
+        let checks = run(PollMark::Published, &good());
         let names: Vec<_> = checks.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
             [
                 "published_at",
                 "unpublished_index",
+                "poll_order",
                 "poll_privileges",
                 "notify_trigger"
             ]
@@ -302,7 +343,7 @@ mod tests {
     #[test]
     fn each_missing_piece_fails_with_its_fix() {
         let missing = run(
-            PollMark::PublishedAt,
+            PollMark::Published,
             &PollFacts {
                 column_type: None,
                 indexes: vec![],
@@ -320,12 +361,25 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("WHERE \"published_at\" IS NULL"));
+        let order = &run(
+            PollMark::Published,
+            &PollFacts {
+                order_column: false,
+                ..good()
+            },
+        )[2];
+        assert!(!order.ok);
         assert_eq!(
-            missing[2].fix.as_deref(),
+            order.observed,
+            "no column seq to claim rows in order of (--poll-order-by)"
+        );
+        assert!(order.fix.as_deref().unwrap().contains("--poll-order-by"));
+        assert_eq!(
+            missing[3].fix.as_deref(),
             Some("GRANT UPDATE (\"published_at\") ON \"public\".\"outbox\" TO \"relay\";")
         );
         let not_null = &run(
-            PollMark::PublishedAt,
+            PollMark::Published,
             &PollFacts {
                 not_null: true,
                 ..good()
@@ -334,7 +388,7 @@ mod tests {
         assert!(!not_null.ok);
         assert!(not_null.fix.as_deref().unwrap().ends_with("DROP NOT NULL;"));
         let wrong_type = &run(
-            PollMark::PublishedAt,
+            PollMark::Published,
             &PollFacts {
                 column_type: Some("boolean".into()),
                 ..good()
@@ -355,11 +409,11 @@ mod tests {
             ..good()
         };
         let checks = run(PollMark::Delete, &bare);
-        assert_eq!(checks.len(), 2);
-        assert_eq!(checks[0].name, "poll_privileges");
-        assert!(!checks[0].ok);
+        assert_eq!(checks.len(), 3);
+        assert_eq!(checks[1].name, "poll_privileges");
+        assert!(!checks[1].ok);
         assert_eq!(
-            checks[0].fix.as_deref(),
+            checks[1].fix.as_deref(),
             Some(
                 "GRANT DELETE ON \"public\".\"outbox\" TO \"relay\"; \
                  GRANT UPDATE (\"id\") ON \"public\".\"outbox\" TO \"relay\";"
@@ -370,18 +424,18 @@ mod tests {
             update_any: true,
             ..bare
         };
-        assert!(run(PollMark::Delete, &granted)[0].ok);
+        assert!(run(PollMark::Delete, &granted)[1].ok);
     }
 
     #[test]
     fn missing_trigger_is_a_caveat_not_a_failure() {
         let c = &run(
-            PollMark::PublishedAt,
+            PollMark::Published,
             &PollFacts {
                 notify_triggers: vec![],
                 ..good()
             },
-        )[3];
+        )[4];
         assert!(c.ok);
         assert!(c.observed.contains("poll interval"));
         assert!(c.fix.as_deref().unwrap().contains("setup --source poll"));
