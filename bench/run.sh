@@ -5,6 +5,10 @@
 #   bench/run.sh backlog [ROWS] [TXN_SIZES]       backlog drains only (default 200000 "1 10 100")
 #   bench/run.sh live [RATE] [SECONDS]            live latency only (default rate: 50 % of the
 #                                                 pgbench insert capacity measured in the run)
+#   bench/run.sh cleanup [ROWS] [BATCH_SIZES]     `pgoutbox cleanup` of ROWS published rows per
+#                                                 batch size (default 1000000 "1000 5000 20000"):
+#                                                 time, longest batch, concurrent insert latency
+#                                                 (bench/cleanup.py; BENCH_BIN=path skips the build)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),
@@ -21,5 +25,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
+if [ "${1:-}" = cleanup ]; then
+  shift
+  [ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet --bin pgoutbox
+  exec python3 bench/cleanup.py "$@"
+fi
 cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay
 exec python3 bench/bench.py "$@"
