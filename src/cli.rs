@@ -102,6 +102,13 @@ pub enum Command {
     /// synchronized_standby_slots on 17+), max_slot_wal_keep_size, and
     /// the brokers when --brokers is given. Each line names the object, what was
     /// observed and the exact fix. Exits non-zero if any check fails.
+    ///
+    /// With --source poll, what poll mode needs instead (no wal_level, REPLICATION,
+    /// publication or slot): the tables and mapped columns, a nullable published_at
+    /// timestamptz, an index WHERE published_at IS NULL, the --poll-order-by column,
+    /// the privileges for --poll-mark, and the NOTIFY trigger (a caveat when missing).
+    ///
+    /// Example: pgoutbox check --source poll --database-url postgres://relay@db/shop
     Check(CheckArgs),
     /// Show the replication slot: active pid, confirmed LSN, lag, wal_status, failover.
     Status(StatusArgs),

@@ -7,6 +7,16 @@ use crate::support;
 
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
 
+/// Poll mode, rows published over 7 days ago, 4 rows a batch.
+const POLL_7D_BY_4: [&str; 6] = [
+    "--source",
+    "poll",
+    "--older-than",
+    "7d",
+    "--batch-size",
+    "4",
+];
+
 /// Run `pgoutbox cleanup <args>` on `db`; (success, stdout, stderr).
 fn cleanup(db: &TestDb<'_>, args: &[&str]) -> (bool, String, String) {
     let url = db.url();
@@ -64,17 +74,7 @@ fn poll_mode_deletes_only_rows_published_before_the_cutoff_in_batches() {
     );
     assert_eq!(count(&db, "true"), 50);
 
-    let (ok, out, err) = cleanup(
-        &db,
-        &[
-            "--source",
-            "poll",
-            "--older-than",
-            "7d",
-            "--batch-size",
-            "4",
-        ],
-    );
+    let (ok, out, err) = cleanup(&db, &POLL_7D_BY_4);
     assert!(ok, "{err}");
     // 7 full batches and a short one that ends the walk.
     assert!(
@@ -89,17 +89,7 @@ fn poll_mode_deletes_only_rows_published_before_the_cutoff_in_batches() {
 
     // An exact multiple: the last full batch is followed by an empty one.
     insert(&db, 8, "old", "20 days", "10 days");
-    let (ok, out, _) = cleanup(
-        &db,
-        &[
-            "--source",
-            "poll",
-            "--older-than",
-            "7d",
-            "--batch-size",
-            "4",
-        ],
-    );
+    let (ok, out, _) = cleanup(&db, &POLL_7D_BY_4);
     assert!(
         ok && out.contains("deleted 8 rows") && out.contains(" in 3 batches, "),
         "{out}"

@@ -289,12 +289,17 @@ async fn check_publication_column_list_must_keep_mapped_columns() {
     assert!(check(&input(&db)).await.ok());
 }
 
-#[tokio::test]
-async fn check_with_wal_level_replica_names_the_setting_and_the_fix() {
-    let cluster = PgCluster::start(ClusterOptions {
+/// A server of its own without logical replication.
+fn replica_cluster() -> PgCluster {
+    PgCluster::start(ClusterOptions {
         conf: vec!["wal_level = replica".into()],
         ..Default::default()
-    });
+    })
+}
+
+#[tokio::test]
+async fn check_with_wal_level_replica_names_the_setting_and_the_fix() {
+    let cluster = replica_cluster();
     let db = cluster.fresh_db();
     let report = check(&input(&db)).await;
     assert!(!report.ok());
@@ -326,10 +331,7 @@ const POLL_OBJECTS: &str = "\
 /// without asking for wal_level, REPLICATION, a publication or a slot.
 #[tokio::test]
 async fn check_source_poll_on_wal_level_replica() {
-    let cluster = PgCluster::start(ClusterOptions {
-        conf: vec!["wal_level = replica".into()],
-        ..Default::default()
-    });
+    let cluster = replica_cluster();
     let db = cluster.fresh_db();
     let mut logical = Pgoutbox::spawn(&["check", "--database-url", &db.url()]);
     assert!(!logical.wait_exit(WAIT).success());
