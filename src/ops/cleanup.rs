@@ -156,22 +156,62 @@ pub async fn cleanup(input: &CleanupInput) -> Result<CleanupSummary, CleanupErro
         tables: Vec::new(),
     };
     for t in &input.tables {
+        let started = Instant::now();
         let column = match input.mode {
             CleanupMode::Poll => PUBLISHED_COLUMN.to_owned(),
             CleanupMode::Logical { .. } => t.timestamp_column.clone(),
         };
         require_column(&client, &t.table, &column, &input.mode).await?;
-        let plan = Plan::new(&t.table, &column, summary.horizon.is_some());
         let xmin = summary.horizon.as_ref().map(|(_, x)| x.as_str());
-        let done = if input.dry_run {
-            plan.count(&client, &summary.cutoff, xmin).await?
-        } else {
-            plan.delete(&client, &summary.cutoff, xmin, input.batch_size)
-                .await?
-        };
+        let mut done = Plan::new(&t.table, &column, xmin.is_some()).summary(
+            0,
+            0,
+            Instant::now(),
+            Duration::ZERO,
+        );
+        // A ctid names a row only within one heap: walk each partition on its own.
+        for leaf in leaves(&client, &t.table).await? {
+            let plan = Plan::new(&leaf, &column, xmin.is_some());
+            let part = if input.dry_run {
+                plan.count(&client, &summary.cutoff, xmin).await?
+            } else {
+                plan.delete(&client, &summary.cutoff, xmin, input.batch_size)
+                    .await?
+            };
+            done.rows += part.rows;
+            done.batches += part.batches;
+            done.longest_batch = done.longest_batch.max(part.longest_batch);
+        }
+        done.elapsed = started.elapsed();
         summary.tables.push(done);
     }
     Ok(summary)
+}
+
+/// The heaps of `table`: itself, or the leaf partitions of a partitioned table.
+async fn leaves(client: &Client, table: &TableName) -> Result<Vec<TableName>, CleanupError> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree(to_regclass($1)) t \
+             JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE t.isleaf AND c.relkind = 'r' ORDER BY t.level, 1, 2",
+            &[&table.quoted()],
+        )
+        .await
+        .map_err(query_err(format!("listing the partitions of {table}")))?;
+    let leaves: Vec<TableName> = rows
+        .iter()
+        .map(|r| TableName {
+            schema: r.get(0),
+            name: r.get(1),
+        })
+        .collect();
+    // A table outside any partition tree has no rows there: it is its own heap.
+    Ok(if leaves.is_empty() {
+        vec![table.clone()]
+    } else {
+        leaves
+    })
 }
 
 /// The slot's `catalog_xmin`, checked to be a usable logical slot of this database.
