@@ -366,9 +366,9 @@ async fn check_source_poll_on_wal_level_replica() {
     );
     assert_eq!(
         fix(get(&report, "published_at", "public.outbox")),
-        "ALTER TABLE \"public\".\"outbox\" ADD COLUMN \"published_at\" timestamptz; (or \
-         `pgoutbox setup --source poll --table public.outbox` installs it (`--print-sql` \
-         prints the SQL for a DBA))"
+        "ALTER TABLE \"public\".\"outbox\" ADD COLUMN \"published_at\" timestamptz; or: \
+         `pgoutbox setup --source poll --table public.outbox` installs it; with --print-sql \
+         it prints the SQL for a DBA instead"
     );
     let trigger = get(&report, "notify_trigger", "public.outbox");
     assert!(

@@ -117,8 +117,8 @@ pub(super) async fn poll_checks(
 /// The fix that installs everything poll mode wants on a table.
 fn setup_hint(table: &TableName) -> String {
     format!(
-        "`pgoutbox setup --source poll --table {table}` installs it \
-         (`--print-sql` prints the SQL for a DBA)"
+        "`pgoutbox setup --source poll --table {table}` installs it; \
+         with --print-sql it prints the SQL for a DBA instead"
     )
 }
 
@@ -133,7 +133,7 @@ pub(super) fn verdicts(
     let mut checks = Vec::new();
     if wanted.mark == PollMark::Published {
         checks.push(column_check(table, f));
-        checks.push(index_check(table, f));
+        checks.push(index_check(table, wanted.order_by, f));
     }
     checks.push(order_check(table, wanted.order_by, f));
     checks.push(privilege_check(table, wanted, id_column, f));
@@ -151,7 +151,7 @@ fn order_check(table: &TableName, order_by: &str, f: &PollFacts) -> Check {
         object,
         format!("no column {order_by} to claim rows in order of (--poll-order-by)"),
         format!(
-            "{} (the default seq is a bigint identity column), or name an existing \
+            "for the default seq (a bigint identity column): {}; or name an existing \
              increasing column with --poll-order-by",
             setup_hint(table)
         ),
@@ -168,7 +168,7 @@ fn column_check(table: &TableName, f: &PollFacts) -> Check {
             object,
             "missing (poll mode marks a published row by setting it)",
             format!(
-                "ALTER TABLE {quoted} ADD COLUMN {col} timestamptz; (or {})",
+                "ALTER TABLE {quoted} ADD COLUMN {col} timestamptz; or: {}",
                 setup_hint(table)
             ),
         ),
@@ -192,7 +192,7 @@ fn column_check(table: &TableName, f: &PollFacts) -> Check {
     }
 }
 
-fn index_check(table: &TableName, f: &PollFacts) -> Check {
+fn index_check(table: &TableName, order_by: &str, f: &PollFacts) -> Check {
     let object = table.to_string();
     if f.indexes.is_empty() {
         Check::fail(
@@ -203,8 +203,9 @@ fn index_check(table: &TableName, f: &PollFacts) -> Check {
                  the published rows too"
             ),
             format!(
-                "CREATE INDEX CONCURRENTLY ON {} (…) WHERE {} IS NULL; — {}",
+                "CREATE INDEX CONCURRENTLY ON {} ({}) WHERE {} IS NULL; or: {}",
                 table.quoted(),
+                quote_ident(order_by),
                 quote_ident(PUBLISHED_COLUMN),
                 setup_hint(table)
             ),
@@ -356,11 +357,10 @@ mod tests {
             "ALTER TABLE \"public\".\"outbox\" ADD COLUMN \"published_at\" timestamptz;"
         ));
         assert!(!missing[1].ok);
-        assert!(missing[1]
-            .fix
-            .as_deref()
-            .unwrap()
-            .contains("WHERE \"published_at\" IS NULL"));
+        assert!(missing[1].fix.as_deref().unwrap().starts_with(
+            "CREATE INDEX CONCURRENTLY ON \"public\".\"outbox\" (\"seq\") \
+             WHERE \"published_at\" IS NULL;"
+        ));
         let order = &run(
             PollMark::Published,
             &PollFacts {
