@@ -126,7 +126,7 @@ fn cleanup_refuses_what_it_cannot_do_safely_with_the_fix() {
     let (ok, _, err) = cleanup(&db, &["--older-than", "7d", "--slot", &slot]);
     assert!(!ok);
     assert!(
-        err.contains(&format!("replication slot \"{slot}\" does not exist, so cleanup cannot tell which rows the relay has delivered; fix: pass the relay's --slot, or")),
+        err.contains(&format!("replication slot \"{slot}\" does not exist, so cleanup cannot tell which rows the relay has delivered; fix: pass the relay's --slot (or --source poll, if the relay polls), or")),
         "{err}"
     );
     assert!(err.contains("--not-last-copy"), "{err}");

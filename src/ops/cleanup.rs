@@ -106,7 +106,7 @@ pub struct CleanupSummary {
 pub enum CleanupError {
     #[error(transparent)]
     Connect(CatalogError),
-    #[error("replication slot {slot:?} does not exist{detail}, so cleanup cannot tell which rows the relay has delivered; fix: pass the relay's --slot, or, if the outbox table is not the last copy of its events (the relay is retired, events are archived), --not-last-copy to delete by age alone")]
+    #[error("replication slot {slot:?} does not exist{detail}, so cleanup cannot tell which rows the relay has delivered; fix: pass the relay's --slot (or --source poll, if the relay polls), or, if the outbox table is not the last copy of its events (the relay is retired, events are archived), --not-last-copy to delete by age alone")]
     MissingSlot { slot: String, detail: String },
     #[error("replication slot {slot:?} {reason}, so cleanup cannot tell which rows the relay has delivered; fix: repair the slot first (see `pgoutbox check`), or, if the outbox table is not the last copy of its events, pass --not-last-copy")]
     UnusableSlot { slot: String, reason: String },
