@@ -8,6 +8,10 @@
 #   bench/run.sh poll [RATE] [SECONDS]            poll mode (issue 15): commit→ack p50/p99 with NOTIFY
 #                                                 and interval-only at RATE (default 1000/s), and the
 #                                                 backlog drain rate of poll vs logical mode (--rows)
+#   bench/run.sh cleanup [ROWS] [BATCH_SIZES]     `pgoutbox cleanup` of ROWS published rows per
+#                                                 batch size (default 1000000 "1000 5000 20000"):
+#                                                 time, longest batch, concurrent insert latency
+#                                                 (bench/cleanup.py; BENCH_BIN=path skips the build)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),
@@ -27,5 +31,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
+if [ "${1:-}" = cleanup ]; then
+  shift
+  [ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet --bin pgoutbox
+  exec python3 bench/cleanup.py "$@"
+fi
 cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay
 exec python3 bench/bench.py "$@"

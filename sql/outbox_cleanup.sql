@@ -1,5 +1,19 @@
 -- outbox_cleanup: delete old rows from public.outbox in batches.
 --
+-- This or `pgoutbox cleanup`?
+--   This file: SQL only (pg_cron, psql from cron), no pgoutbox binary needed; deletes
+--   by created_at alone. Right for the logical mode while the slot is healthy (see
+--   "Why deleting is safe" below). Wrong for poll mode (run --source poll): it would
+--   delete rows that are not published yet.
+--   `pgoutbox cleanup --older-than 7d`: asks the slot instead of trusting a margin of
+--   time — in the logical mode it deletes only rows whose transaction the slot has
+--   confirmed (finished before its catalog_xmin), so an unrelayed row survives however
+--   old it is, and it refuses when the slot is missing or lost; in poll mode
+--   (--source poll) it deletes only rows whose published_at is older than the cutoff.
+--   Same batching (short transactions, a summary of rows, batches, time and the
+--   longest batch). Prefer it for poll mode and whenever the relay may be down longer
+--   than the cutoff.
+--
 --   public.outbox_cleanup(older_than interval DEFAULT '7 days',
 --                         batch_size int DEFAULT 10000) RETURNS bigint
 --   CALL public.outbox_cleanup_batched(older_than, batch_size)   -- returns `deleted`

@@ -126,6 +126,13 @@ pub enum Command {
     /// synchronized_standby_slots on 17+), max_slot_wal_keep_size, and
     /// the brokers when --brokers is given. Each line names the object, what was
     /// observed and the exact fix. Exits non-zero if any check fails.
+    ///
+    /// With --source poll, what poll mode needs instead (no wal_level, REPLICATION,
+    /// publication or slot): the tables and mapped columns, a nullable published_at
+    /// timestamptz, an index WHERE published_at IS NULL, the --poll-order-by column,
+    /// the privileges for --poll-mark, and the NOTIFY trigger (a caveat when missing).
+    ///
+    /// Example: pgoutbox check --source poll --database-url postgres://relay@db/shop
     Check(CheckArgs),
     /// Show the replication slot: active pid, confirmed LSN, lag, wal_status, failover.
     Status(StatusArgs),
@@ -151,6 +158,18 @@ pub enum Command {
     /// Idempotent: existing objects are checked, never altered. With --print-sql,
     /// only prints the SQL a DBA would run.
     Setup(SetupArgs),
+    /// Delete outbox rows the relay is done with, older than --older-than, in small
+    /// batches (one short transaction each, so no long lock).
+    ///
+    /// --source poll: rows whose published_at is older than the cutoff (unpublished
+    /// rows are never touched). --source logical: rows whose timestamp column is older
+    /// than the cutoff AND whose inserting transaction the replication slot has
+    /// confirmed (finished before the slot's catalog_xmin horizon), so a row not yet
+    /// relayed survives however old it is. Prints a summary (rows, batches, time,
+    /// longest batch). --dry-run only counts.
+    ///
+    /// Example: pgoutbox cleanup --database-url postgres://relay@db/shop --older-than 7d
+    Cleanup(CleanupArgs),
 }
 
 /// `pgoutbox man`.
@@ -194,6 +213,23 @@ pub struct SourceKindArg {
         value_name = "KIND"
     )]
     pub kind: SourceKind,
+}
+
+/// `--poll-mark` on its own, for `check` (which needs no other poll setting).
+#[derive(Debug, Clone, Args)]
+pub struct PollMarkFlag {
+    /// With --source poll: how the relay marks a row once Kafka acked it: `published`
+    /// sets published_at (needs the column, its partial index, UPDATE on it), `delete`
+    /// deletes it (needs DELETE, and UPDATE on some column: SELECT … FOR UPDATE
+    /// requires it). Use the value `run` uses.
+    #[arg(
+        long = "poll-mark",
+        env = "PGOUTBOX_POLL_MARK",
+        value_enum,
+        default_value_t = PollMarkArg::Published,
+        value_name = "published|delete"
+    )]
+    pub mark: PollMarkArg,
 }
 
 /// The column poll mode claims rows in order of; shared by `run` and `setup`.
@@ -831,6 +867,15 @@ pub struct CheckArgs {
     pub source: SourceArgs,
 
     #[command(flatten)]
+    pub kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub poll_mark: PollMarkFlag,
+
+    #[command(flatten)]
+    pub poll_order: PollOrderArg,
+
+    #[command(flatten)]
     pub routing: RoutingArgs,
 
     #[command(flatten)]
@@ -850,6 +895,51 @@ pub struct CheckArgs {
     /// Output JSON instead of lines.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `pgoutbox cleanup`.
+#[derive(Debug, Clone, Args)]
+pub struct CleanupArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    #[command(flatten)]
+    pub kind: SourceKindArg,
+
+    #[command(flatten)]
+    pub routing: RoutingArgs,
+
+    #[command(flatten)]
+    pub slot: SlotArg,
+
+    /// Delete rows older than this: `7d`, `12h`, `30m`, `1h 30m` (the timestamp
+    /// column in logical mode, published_at in poll mode). 0 is refused without --force.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub older_than: std::time::Duration,
+
+    /// Rows per batch; each batch is one DELETE in its own short transaction.
+    #[arg(
+        long,
+        env = "PGOUTBOX_CLEANUP_BATCH_SIZE",
+        default_value_t = crate::ops::cleanup::DEFAULT_BATCH_SIZE,
+        value_parser = clap::value_parser!(u32).range(1..),
+        value_name = "ROWS"
+    )]
+    pub batch_size: u32,
+
+    /// Only count the rows that would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Accept --older-than 0 (delete everything the relay is done with, however new).
+    #[arg(long)]
+    pub force: bool,
+
+    /// Logical mode without the slot test: delete by age alone. Only when the outbox
+    /// table is not the last copy of its events (the slot was dropped on purpose, the
+    /// events are archived elsewhere). Deliberately has no environment twin.
+    #[arg(long)]
+    pub not_last_copy: bool,
 }
 
 /// `pgoutbox status`.

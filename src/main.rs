@@ -12,13 +12,14 @@ use clap::{CommandFactory, Parser};
 use tokio_util::sync::CancellationToken;
 
 use pgoutbox::cli::{
-    CheckArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs, SetupArgs, SourceKind,
-    StatusArgs, TeardownArgs,
+    CheckArgs, CleanupArgs, Cli, ColorWhen, Command, ConfigCommand, LogFormat, ManArgs,
+    PollMarkArg, SetupArgs, SourceKind, StatusArgs, TeardownArgs,
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
 use pgoutbox::exit::{self, Coded, Status};
-use pgoutbox::ops::check::{CheckInput, TemplateInput};
+use pgoutbox::ops::check::{self as checks, CheckInput, CheckMode, TemplateInput};
+use pgoutbox::ops::cleanup::{CleanupInput, CleanupMode, CleanupTable};
 use pgoutbox::pg::catalog::Ensured;
 use pgoutbox::report::Report;
 
@@ -133,6 +134,7 @@ async fn run(cli: Cli, overrides: TableOverrides) -> anyhow::Result<()> {
         Command::Check(args) => check(args, &overrides).await,
         Command::Status(args) => status(args).await,
         Command::Teardown(args) => teardown(args).await,
+        Command::Cleanup(args) => cleanup(args, &overrides).await,
         Command::Config(ConfigCommand::Show(args)) => {
             let (cfg, missing) = config::show(&args, &overrides)?;
             print(&config::show_toml(&cfg))?;
@@ -320,7 +322,18 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
             origin: t.origin,
         })
         .collect();
+    let mode = match args.kind.kind {
+        SourceKind::Logical => CheckMode::Logical,
+        SourceKind::Poll => CheckMode::Poll {
+            mark: match args.poll_mark.mark {
+                PollMarkArg::Published => checks::PollMark::Published,
+                PollMarkArg::Delete => checks::PollMark::Delete,
+            },
+            order_by: args.poll_order.order_by.clone(),
+        },
+    };
     let input = CheckInput {
+        mode,
         conninfo: source.conninfo.clone(),
         publication: source.publication.clone(),
         tables: source.tables.clone(),
@@ -345,6 +358,56 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         return Err(Coded::new(Status::CheckFailed, format!("{failed} check(s) failed")).into());
     }
     Ok(())
+}
+
+async fn cleanup(args: CleanupArgs, overrides: &TableOverrides) -> anyhow::Result<()> {
+    let source = config::source(&args.source)?;
+    if args.older_than.is_zero() && !args.force {
+        let message = "--older-than 0 would delete rows the moment the relay is done with them, \
+                       leaving nothing to inspect or replay from the table; pass a positive \
+                       duration such as 7d, or --force if that is what you want";
+        return Err(Coded::new(Status::Usage, message).into());
+    }
+    let routing = RoutingConfig::from_args(&args.routing, overrides)?;
+    let tables = routing
+        .mappings(&source.tables)?
+        .into_iter()
+        .zip(&source.tables)
+        .map(|(m, table)| CleanupTable {
+            table: table.clone(),
+            timestamp_column: m.timestamp,
+        })
+        .collect();
+    let mode = match args.kind.kind {
+        SourceKind::Poll => CleanupMode::Poll,
+        SourceKind::Logical if args.not_last_copy => CleanupMode::Logical { slot: None },
+        SourceKind::Logical => CleanupMode::Logical {
+            slot: Some(validate_slot(&args.slot.name)?),
+        },
+    };
+    let input = CleanupInput {
+        conninfo: source.conninfo,
+        tables,
+        mode,
+        older_than: args.older_than,
+        batch_size: args.batch_size,
+        dry_run: args.dry_run,
+    };
+    let summary = pgoutbox::ops::cleanup::cleanup(&input)
+        .await
+        .context("cleanup stopped")?;
+    for t in &summary.tables {
+        tracing::info!(
+            table = %t.table,
+            rows = t.rows,
+            batches = t.batches,
+            elapsed_ms = t.elapsed.as_millis() as u64,
+            longest_batch_ms = t.longest_batch.as_millis() as u64,
+            dry_run = summary.dry_run,
+            "cleanup finished"
+        );
+    }
+    print(&summary.render())
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {

@@ -36,6 +36,7 @@ fn conninfo(db: &TestDb<'_>) -> ConnInfo {
 
 fn input(db: &TestDb<'_>, slot_failover: bool) -> CheckInput {
     CheckInput {
+        mode: Default::default(),
         conninfo: conninfo(db),
         publication: "pgoutbox".into(),
         tables: vec![TableName::parse("public.outbox").unwrap()],

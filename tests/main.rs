@@ -12,6 +12,7 @@ mod support;
 
 mod auth;
 mod capture_seeds;
+mod cleanup;
 mod cli;
 mod config;
 mod debezium;

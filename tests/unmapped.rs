@@ -97,6 +97,7 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
     db.psql(ORDERS);
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox, orders WITH (publish = 'insert')");
     let input = CheckInput {
+        mode: Default::default(),
         conninfo: ConnInfo::parse_with_env(&db.url(), &|_| None).unwrap(),
         publication: "pgoutbox".into(),
         tables: vec![TableName::parse("public.outbox").unwrap()],

@@ -18,6 +18,11 @@
 //!          PostgreSQL is unreachable)                                                  (settings.rs)
 //! ```
 //!
+//! With `--source poll` ([`CheckMode::Poll`]) the PostgreSQL part is instead
+//! `connection`, `server_version`, `role_login`, the table checks, and per table
+//! `published_at`, `unpublished_index`, `poll_order`, `poll_privileges`, `notify_trigger`
+//! (poll.rs); nothing about wal_level, replication, publication or slot.
+//!
 //! Invariants:
 //! - `check` never fails and never stops early: a query that fails becomes a failed
 //!   check naming the query error, and later checks still run. Only a failed
@@ -32,18 +37,49 @@
 
 mod failover;
 mod objects;
+mod poll;
 mod server;
 mod settings;
 
 use serde::Serialize;
 
+pub use poll::PUBLISHED_COLUMN;
+
 use crate::kafka::config::KafkaOptions;
 use crate::pg::catalog::{self, CatalogError, TableName};
 use crate::pg::conninfo::ConnInfo;
 
+/// Which relay mode to check for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CheckMode {
+    /// Logical replication: wal_level, REPLICATION, publication, slot.
+    #[default]
+    Logical,
+    /// Polling ([`poll`]): the outbox table's published_at column, its partial index,
+    /// the ordering column, the privileges to claim and mark rows, the NOTIFY trigger.
+    Poll {
+        /// `--poll-mark`.
+        mark: PollMark,
+        /// `--poll-order-by`: the column rows are claimed in order of.
+        order_by: String,
+    },
+}
+
+/// How poll mode marks a published row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PollMark {
+    /// `published_at = now()`: needs the column, the partial index, UPDATE on it.
+    #[default]
+    Published,
+    /// `DELETE`: needs DELETE (and UPDATE on a column for `FOR UPDATE`).
+    Delete,
+}
+
 /// What to check.
 #[derive(Debug, Clone)]
 pub struct CheckInput {
+    /// The relay mode (`--source`).
+    pub mode: CheckMode,
     /// The ordinary (non-replication) connection; the same role the relay uses.
     pub conninfo: ConnInfo,
     /// Publication the relay streams.
@@ -235,6 +271,20 @@ async fn postgres_checks(
             facts.role, facts.database, facts.version
         ),
     ));
+    if let CheckMode::Poll { mark, order_by } = &input.mode {
+        // No wal_level, REPLICATION, publication or slot: poll mode reads the table.
+        checks.push(server::version_check(&facts));
+        let roles = server::role_checks(client, &facts.role).await;
+        checks.extend(roles.into_iter().filter(|c| c.name != "role_replication"));
+        let tables = objects::table_checks(client, input, &facts.role, checks).await;
+        let wanted = poll::Wanted {
+            mark: *mark,
+            order_by,
+            role: &facts.role,
+        };
+        poll::poll_checks(client, input, &wanted, &tables, checks).await;
+        return;
+    }
     // The slot is looked up first: the headroom checks need to know whether it
     // already occupies a slot and a walsender.
     let slot = catalog::slot_info(client, &input.slot).await;

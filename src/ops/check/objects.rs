@@ -18,7 +18,7 @@ use crate::pg::replication::{quote_ident, quote_literal};
 /// An outbox table that exists.
 #[derive(Debug, Clone)]
 pub(super) struct FoundTable {
-    name: TableName,
+    pub(super) name: TableName,
     partitioned: bool,
 }
 

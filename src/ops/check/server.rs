@@ -12,6 +12,26 @@ use crate::pg::replication::quote_ident;
 /// Oldest supported server: `pg_replication_slots.wal_status` exists since 13.
 const MIN_VERSION_NUM: i32 = 130000;
 
+/// Appended to the `wal_level` fix: the way out when the setting is out of reach.
+pub(super) const POLL_HINT: &str = "or, where wal_level cannot be changed (managed \
+     server, no restart), relay by polling the table instead: `pgoutbox check --source poll` \
+     lists what that mode needs, then `pgoutbox setup --source poll` and `run --source poll`";
+
+/// `server_version`: 13 or later (both modes; the logical mode reads
+/// `pg_replication_slots.wal_status`).
+pub(super) fn version_check(facts: &Facts) -> Check {
+    if facts.version_num >= MIN_VERSION_NUM {
+        Check::pass("server_version", "server", &facts.version)
+    } else {
+        Check::fail(
+            "server_version",
+            "server",
+            &facts.version,
+            "upgrade to PostgreSQL 13 or later (pgoutbox needs pg_replication_slots.wal_status)",
+        )
+    }
+}
+
 /// Server settings and usage read in one query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Facts {
@@ -75,17 +95,7 @@ fn raised(max: i64, used: i64) -> i64 {
 /// Headroom: a slot is needed only when ours does not exist yet; a walsender only
 /// when ours is not already streaming (an active slot means the relay holds one).
 pub(super) fn server_checks(facts: &Facts, slot_exists: bool, slot_active: bool) -> Vec<Check> {
-    let mut checks = Vec::new();
-    checks.push(if facts.version_num >= MIN_VERSION_NUM {
-        Check::pass("server_version", "server", &facts.version)
-    } else {
-        Check::fail(
-            "server_version",
-            "server",
-            &facts.version,
-            "upgrade to PostgreSQL 13 or later (pgoutbox needs pg_replication_slots.wal_status)",
-        )
-    });
+    let mut checks = vec![version_check(facts)];
     checks.push(if facts.wal_level == "logical" {
         Check::pass("wal_level", "server", &facts.wal_level)
     } else {
@@ -93,7 +103,7 @@ pub(super) fn server_checks(facts: &Facts, slot_exists: bool, slot_active: bool)
             "wal_level",
             "server",
             &facts.wal_level,
-            crate::pg::catalog::WAL_LEVEL_FIX,
+            format!("{}; {POLL_HINT}", crate::pg::catalog::WAL_LEVEL_FIX),
         )
     });
 
@@ -282,11 +292,10 @@ mod tests {
         let wal = by_name(&checks, "wal_level");
         assert!(!wal.ok);
         assert_eq!(wal.observed, "replica");
-        assert!(wal
-            .fix
-            .as_deref()
-            .unwrap()
-            .contains("ALTER SYSTEM SET wal_level = logical"));
+        let fix = wal.fix.as_deref().unwrap();
+        assert!(fix.starts_with("ALTER SYSTEM SET wal_level = logical"));
+        assert!(fix.contains("--source poll"), "{fix}");
+        assert!(!fix.contains('\n'), "one line: {fix}");
         assert!(!by_name(&checks, "server_version").ok);
     }
 
