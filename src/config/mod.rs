@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, RecordTimestampArg, RoutingArgs,
-    RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg,
+    RecordTimestampArg, RoutingArgs, RunArgs, SourceArgs, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
@@ -37,7 +37,7 @@ use crate::outbox::trace::{TraceError, TraceField};
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
-use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::pipeline::{MessageConfig, NonTransactional, OnUpdate, PipelineConfig};
 use crate::run::RunConfig;
 use crate::safety::SafetyConfig;
 use crate::secret::Secret;
@@ -58,8 +58,14 @@ pub enum ConfigError {
     #[error("invalid slot name {0:?}: use 1-63 lowercase letters, digits and underscores")]
     Slot(String),
     /// No tables.
-    #[error("no outbox table given; fix: pass --table schema.table")]
+    #[error("no outbox table given; fix: pass --table schema.table, or --messages-only for the table-less outbox")]
     NoTables,
+    /// `--messages-only` with every prefix empty.
+    #[error("--messages-only relays logical decoding messages only, but --message-prefix is empty; fix: pass --message-prefix pgoutbox (the default) or drop --messages-only")]
+    NoMessagePrefix,
+    /// The relay's own heartbeat prefix given as an outbox prefix.
+    #[error("invalid --message-prefix {0:?}: the relay's own heartbeat messages use it; fix: choose another prefix")]
+    ReservedPrefix(String),
     /// A `--kafka-option` that does not parse or would weaken delivery.
     #[error(transparent)]
     KafkaOption(#[from] OptionError),
@@ -147,14 +153,37 @@ pub fn source(args: &SourceArgs) -> Result<SourceConfig, ConfigError> {
             tables.push(table);
         }
     }
-    if tables.is_empty() {
+    if args.messages_only {
+        tables.clear();
+    } else if tables.is_empty() {
         return Err(ConfigError::NoTables);
+    }
+    let message_prefixes = message_prefixes(&args.message_prefixes)?;
+    if args.messages_only && message_prefixes.is_empty() {
+        return Err(ConfigError::NoMessagePrefix);
     }
     Ok(SourceConfig {
         conninfo,
         publication: args.publication.clone(),
         tables,
+        message_prefixes,
+        messages_only: args.messages_only,
     })
+}
+
+/// `--message-prefix` values: empty ones dropped (`--message-prefix ''` turns
+/// messages off), duplicates removed, the heartbeat prefix refused.
+fn message_prefixes(raw: &[String]) -> Result<Vec<String>, ConfigError> {
+    let mut prefixes: Vec<String> = Vec::new();
+    for prefix in raw.iter().filter(|p| !p.is_empty()) {
+        if prefix == crate::outbox::message::HEARTBEAT_PREFIX {
+            return Err(ConfigError::ReservedPrefix(prefix.clone()));
+        }
+        if !prefixes.contains(prefix) {
+            prefixes.push(prefix.clone());
+        }
+    }
+    Ok(prefixes)
 }
 
 impl RoutingConfig {
@@ -200,6 +229,35 @@ impl RoutingConfig {
                 })
             })
             .collect()
+    }
+
+    /// The message settings: the global mapping (no table overrides: a message has
+    /// no table) with the placements, and the global topic template.
+    pub fn messages(
+        &self,
+        source: &SourceConfig,
+        placements: Option<Vec<Placement>>,
+        non_transactional: NonTransactionalArg,
+    ) -> Result<MessageConfig, ConfigError> {
+        let template = TopicTemplate::parse(&self.topic_template).map_err(|reason| {
+            ConfigError::TopicTemplate {
+                origin: "--topic-template".into(),
+                template: self.topic_template.clone(),
+                reason,
+            }
+        })?;
+        Ok(MessageConfig {
+            prefixes: source.message_prefixes.clone(),
+            non_transactional: match non_transactional {
+                NonTransactionalArg::Ignore => NonTransactional::Ignore,
+                NonTransactionalArg::Relay => NonTransactional::Relay,
+            },
+            mapping: ColumnMapping {
+                placements,
+                ..self.mapping.clone()
+            },
+            template,
+        })
     }
 
     /// Each table's topic template as given, and where it was given; unvalidated
@@ -374,8 +432,11 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
     for spec in &mut tables {
         spec.mapping.placements.clone_from(&placements);
     }
+
+    let messages = routing.messages(&source, placements, args.message_non_transactional)?;
     let pipeline = PipelineConfig {
         tables,
+        messages,
         format,
         publication: source.publication.clone(),
         on_update: match args.on_update {
@@ -631,6 +692,8 @@ mod tests {
             database_password_file: None,
             publication: "p".into(),
             tables: vec!["outbox".into(), "public.outbox".into(), "s.t".into()],
+            message_prefixes: vec!["pgoutbox".into()],
+            messages_only: false,
         };
         let cfg = source(&args).unwrap();
         assert_eq!(cfg.tables.len(), 2);
@@ -639,6 +702,36 @@ mod tests {
             ..args
         };
         assert!(matches!(source(&bad), Err(ConfigError::Table(_))));
+    }
+
+    #[test]
+    fn messages_only_has_no_table_and_needs_a_prefix() {
+        let args = SourceArgs {
+            database_url: Some("postgres://u@h/db".into()),
+            database_url_file: None,
+            database_password_file: None,
+            publication: "p".into(),
+            tables: vec!["public.outbox".into()],
+            message_prefixes: vec!["a".into(), "".into(), "b".into(), "a".into()],
+            messages_only: true,
+        };
+        let cfg = source(&args).unwrap();
+        assert!(cfg.tables.is_empty() && cfg.messages_only);
+        assert_eq!(cfg.message_prefixes, ["a", "b"]);
+        let none = SourceArgs {
+            message_prefixes: vec!["".into()],
+            ..args.clone()
+        };
+        let err = source(&none).unwrap_err().to_string();
+        assert!(err.contains("fix: pass --message-prefix pgoutbox"), "{err}");
+        let heartbeat = SourceArgs {
+            message_prefixes: vec!["pgoutbox-heartbeat".into()],
+            ..args
+        };
+        assert!(matches!(
+            source(&heartbeat),
+            Err(ConfigError::ReservedPrefix(_))
+        ));
     }
 
     #[test]

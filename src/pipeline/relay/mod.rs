@@ -43,6 +43,7 @@ use crate::outbox::invalid::{
     self, Action, BrokerRefusal, Cause, Invalid, Origin, PoisonRow, Verdict,
 };
 use crate::outbox::record::KafkaRecord;
+use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
 use crate::outbox::trace;
 use crate::pg::catalog::TableName;
@@ -57,9 +58,9 @@ struct Txn {
     commit_time: i64,
 }
 
-/// Where a row about to be sent came from, and its verdict.
+/// Where a row (or message) about to be sent came from, and its verdict.
 struct Row<'t> {
-    table: &'t TableName,
+    table: &'t dyn std::fmt::Display,
     lsn: Lsn,
     verdict: Verdict,
 }
@@ -90,6 +91,8 @@ pub struct Relay<'a> {
     /// The last LSN the caller persisted and confirmed.
     reported: Lsn,
     stats: SessionStats,
+    /// Logical decoding messages: the mapping of the last field set, counters.
+    messages: message::Messages,
 }
 
 impl<'a> Relay<'a> {
@@ -109,6 +112,7 @@ impl<'a> Relay<'a> {
             draining: false,
             reported: Lsn::INVALID,
             stats: SessionStats::default(),
+            messages: message::Messages::default(),
         }
     }
 
@@ -293,7 +297,8 @@ impl<'a> Relay<'a> {
             PgOutputMessage::BeginPrepare(_) => {
                 return Err(PipelineError::UnexpectedMessage("Begin Prepare"))
             }
-            // Origin, Type, Truncate, logical decoding messages: nothing to relay.
+            PgOutputMessage::Message(message) => self.on_message(sink, &message)?,
+            // Origin, Type, Truncate: nothing to relay.
             _ => {}
         }
         Ok(())
@@ -318,24 +323,15 @@ impl<'a> Relay<'a> {
             RelationRoute::NotOutbox(table) => return Err(self.unmapped(table, lsn)),
             RelationRoute::Outbox(table, mapping, template) => {
                 let event = mapping.event(&insert.tuple);
-                let stamp = self.cfg.record_timestamp;
-                let timestamp_ms = stamp.millis(event.timestamp.as_deref(), commit_time);
-                let mut record = KafkaRecord::from_event(&event, template, timestamp_ms);
-                record.placed = mapping.headers(&event);
-                let route = event.route_value.as_deref();
-                let unchecked = mapping.payload_unchecked();
-                match invalid::diagnose(&record, route, template, unchecked, &self.cfg.invalid) {
-                    Verdict::Poison(invalid) => (record, invalid, table),
-                    verdict => {
+                match self.build(&event, mapping, template, commit_time) {
+                    (record, Verdict::Poison(invalid)) => (record, invalid, table),
+                    (record, verdict) => {
                         let row = Row {
                             table,
                             lsn,
                             verdict,
                         };
-                        let mut record = self.finish(record, &event, mapping, row);
-                        // Converters run after the checks, which read the raw text (a
-                        // delivered NULL key becomes JsonConverter's `null` here).
-                        self.cfg.format.encode(&mut record, &event, mapping);
+                        let record = self.ready(record, &event, mapping, row);
                         let at = self.at;
                         self.watch
                             .sent(no, Instant::now(), || first(&record, table, at));
@@ -354,6 +350,39 @@ impl<'a> Relay<'a> {
             lsn: Some(lsn.to_string()),
         };
         self.poison(sink, invalid, record, no, origin)
+    }
+
+    /// The record `event` (of a table row or a message) becomes, and its verdict.
+    fn build(
+        &self,
+        event: &OutboxEvent,
+        mapping: &ResolvedMapping,
+        template: &TopicTemplate,
+        commit_time: i64,
+    ) -> (KafkaRecord, Verdict) {
+        let stamp = self.cfg.record_timestamp;
+        let timestamp_ms = stamp.millis(event.timestamp.as_deref(), commit_time);
+        let mut record = KafkaRecord::from_event(event, template, timestamp_ms);
+        record.placed = mapping.headers(event);
+        let route = event.route_value.as_deref();
+        let unchecked = mapping.payload_unchecked();
+        let verdict = invalid::diagnose(&record, route, template, unchecked, &self.cfg.invalid);
+        (record, verdict)
+    }
+
+    /// A record that passed its checks, ready for the sink: [`finish`](Self::finish),
+    /// then the converters, which run after the checks (they read the raw text; a
+    /// delivered NULL key becomes JsonConverter's `null` here).
+    fn ready(
+        &self,
+        record: KafkaRecord,
+        event: &OutboxEvent,
+        mapping: &ResolvedMapping,
+        row: Row<'_>,
+    ) -> KafkaRecord {
+        let mut record = self.finish(record, event, mapping, row);
+        self.cfg.format.encode(&mut record, event, mapping);
+        record
     }
 
     /// A record about to go out: count a keyless row delivered by policy, and add the
@@ -563,5 +592,6 @@ fn unix_ms(pg_micros: i64) -> i64 {
     timestamp::to_unix_micros(pg_micros).div_euclid(1000)
 }
 
+pub mod message;
 #[cfg(test)]
 mod tests;

@@ -3,9 +3,11 @@
 //! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
 //! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows;
 //! `edges.rs`: rows Debezium delivers differently (NULL route, keyless rows by
-//! policy), record timestamps and trace context.
+//! policy), record timestamps and trace context; `messages.rs`: logical decoding
+//! messages.
 
 mod edges;
+mod messages;
 mod poison;
 
 use std::collections::VecDeque;
@@ -61,6 +63,7 @@ fn config() -> PipelineConfig {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        messages: crate::pipeline::MessageConfig::default(),
         format: crate::outbox::connect::RecordFormat::default(),
         publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
