@@ -219,6 +219,7 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         &source.tables,
         &slot,
         args.slot_failover.slot_failover,
+        source.messages_only,
     )
     .await
     .context("setup failed")?;
@@ -268,6 +269,8 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         brokers: args.brokers.clone(),
         kafka_options: config::kafka_options(&args.kafka)?,
         templates,
+        message_prefixes: source.message_prefixes.clone(),
+        messages_only: source.messages_only,
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {
@@ -291,8 +294,11 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
         if args.json {
-            print(&format!("{}\n", serde_json::to_string(&status.to_json())?))?;
+            let mut json = status.to_json();
+            json["source"] = pgoutbox::ops::status::source_json(&source);
+            print(&format!("{}\n", serde_json::to_string(&json)?))?;
         } else {
+            print(&pgoutbox::ops::status::source_line(&source))?;
             print(&status.render())?;
         }
         let Some(every) = args.watch else {

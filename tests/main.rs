@@ -21,6 +21,7 @@ mod failover_slots;
 mod faults;
 mod keepalive;
 mod logs;
+mod messages;
 mod mock_kafka;
 mod network;
 mod ops;

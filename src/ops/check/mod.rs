@@ -10,6 +10,7 @@
 //!              ├─ table, columns, select_privilege            per outbox table       (objects.rs)
 //!              ├─ publication, publication_operations, publication_tables,
 //!              │  publication_partition_root, publication_columns                    (objects.rs)
+//!              ├─ messages, publication_empty (--messages-only)                      (messages.rs)
 //!              ├─ slot, slot_wal_status                                              (objects.rs)
 //!              ├─ slot_failover, synchronized_standby_slots (17+)                    (failover.rs)
 //!              └─ max_slot_wal_keep_size                                             (server.rs)
@@ -31,6 +32,7 @@
 //!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
 
 mod failover;
+mod messages;
 mod objects;
 mod server;
 mod settings;
@@ -62,6 +64,10 @@ pub struct CheckInput {
     pub kafka_options: KafkaOptions,
     /// Each outbox table's topic template as given, and where it was set.
     pub templates: Vec<TemplateInput>,
+    /// Logical decoding message prefixes relayed as events (`--message-prefix`).
+    pub message_prefixes: Vec<String>,
+    /// `--messages-only`: no outbox table, an empty publication, PostgreSQL 14+.
+    pub messages_only: bool,
 }
 
 /// One table's topic template, unvalidated.
@@ -246,6 +252,7 @@ async fn postgres_checks(
     checks.extend(server::role_checks(client, &facts.role).await);
     let tables = objects::table_checks(client, input, &facts.role, checks).await;
     objects::publication_checks(client, input, &facts, &tables, checks).await;
+    checks.extend(messages::message_checks(client, input, &facts).await);
     let info = slot.as_ref().ok().and_then(Option::as_ref).cloned();
     let url = input.conninfo.redacted();
     objects::slot_checks(&input.slot, &facts.database, slot, checks);
