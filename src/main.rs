@@ -298,8 +298,8 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
             json["source"] = pgoutbox::ops::status::source_json(&source);
             print(&format!("{}\n", serde_json::to_string(&json)?))?;
         } else {
-            print(&pgoutbox::ops::status::source_line(&source))?;
             print(&status.render())?;
+            print(&pgoutbox::ops::status::source_line(&source))?;
         }
         let Some(every) = args.watch else {
             return status_verdict(&status);

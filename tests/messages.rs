@@ -77,6 +77,25 @@ async fn messages_only_relays_messages_with_an_empty_publication() {
         "0",
         "the publication is created empty"
     );
+    let url = db.url();
+    let base = ["--database-url", url.as_str(), "--slot", db.name.as_str()];
+    let mut check = Pgoutbox::spawn(&[&["check"][..], &base, &[MESSAGES_ONLY]].concat());
+    let ok = check.wait_exit(WAIT).success();
+    let out = check.stdout_so_far().join("\n");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("✔ messages: prefix pgoutbox = messages only")
+            && out.contains("✔ publication_empty: pgoutbox = publishes no table"),
+        "{out}"
+    );
+    let json = [&["status", "--json"][..], &base, &[MESSAGES_ONLY]].concat();
+    let mut status = Pgoutbox::spawn(&json);
+    assert!(status.wait_exit(WAIT).success());
+    let out = status.stdout_so_far().join("\n");
+    assert!(
+        out.contains(r#""source":{"message_prefixes":["pgoutbox"],"mode":"messages-only","publication":"pgoutbox","tables":[]}"#),
+        "{out}"
+    );
     let client = db.client().await;
     let mut ledger = Ledger::default();
     for _ in 0..20 {
