@@ -5,6 +5,9 @@
 #   bench/run.sh backlog [ROWS] [TXN_SIZES]       backlog drains only (default 200000 "1 10 100")
 #   bench/run.sh live [RATE] [SECONDS]            live latency only (default rate: 50 % of the
 #                                                 pgbench insert capacity measured in the run)
+#   bench/run.sh messages [ROWS] [TXN_SIZE]       the same events as outbox rows vs logical decoding
+#                                                 messages (default 200000, 10): insert rate, WAL
+#                                                 bytes, relay drain rate and CPU for each (issue 14)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),

@@ -100,7 +100,7 @@ impl MessageRow {
         let value: Value =
             serde_json::from_str(text).map_err(|e| MessageError::NotJson(e.to_string()))?;
         let Value::Object(fields) = value else {
-            return Err(MessageError::NotObject(kind(&value)));
+            return Err(MessageError::NotObject(json_kind(&value)));
         };
         let mut columns = Vec::with_capacity(fields.len());
         let mut values = Vec::with_capacity(fields.len());
@@ -167,7 +167,7 @@ fn column_value(value: Value, json: bool) -> ColumnValue {
 
 fn parse_headers(value: Value) -> Result<Vec<(Arc<str>, Bytes)>, MessageError> {
     let Value::Object(map) = value else {
-        return Err(MessageError::HeadersNotObject(kind(&value)));
+        return Err(MessageError::HeadersNotObject(json_kind(&value)));
     };
     header_entries(map)
 }
@@ -178,14 +178,14 @@ fn header_entries(map: Map<String, Value>) -> Result<Vec<(Arc<str>, Bytes)>, Mes
             Value::String(s) => Ok((Arc::from(name), Bytes::from(s))),
             other => Err(MessageError::HeaderNotString {
                 name,
-                kind: kind(&other),
+                kind: json_kind(&other),
             }),
         })
         .collect()
 }
 
-/// What a JSON value is, for error messages.
-fn kind(value: &Value) -> &'static str {
+/// What a JSON value is, for error messages (`object`, `array`, `string`, …).
+pub fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
