@@ -23,8 +23,12 @@
 
 use std::sync::Arc;
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
 use crate::pg::pgoutput::{ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData};
@@ -93,28 +97,31 @@ pub struct MessageRow {
 
 impl MessageRow {
     /// Parse `content` of a message with `prefix`; `payload` is the mapped payload
-    /// field (its value is always JSON text).
-    pub fn parse(content: &[u8], prefix: &str, payload: &str) -> Result<Self, MessageError> {
+    /// field (its value is always JSON text). Values are slices of `content` where
+    /// the JSON text is the value (no copy); only a string with escapes is copied.
+    pub fn parse(content: &Bytes, prefix: &str, payload: &str) -> Result<Self, MessageError> {
         let text =
             std::str::from_utf8(content).map_err(|e| MessageError::NotUtf8(e.valid_up_to()))?;
-        let value: Value =
+        let top: &RawValue =
             serde_json::from_str(text).map_err(|e| MessageError::NotJson(e.to_string()))?;
-        let Value::Object(fields) = value else {
-            return Err(MessageError::NotObject(json_kind(&value)));
+        let fields: BTreeMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(top.get()) {
+            Ok(fields) => fields,
+            Err(_) => return Err(MessageError::NotObject(raw_kind(top.get()))),
         };
+        let slice = |raw: &str| content.slice_ref(raw.as_bytes());
         let mut columns = Vec::with_capacity(fields.len());
         let mut values = Vec::with_capacity(fields.len());
         let mut headers = Vec::new();
-        for (name, value) in fields {
+        for (name, raw) in fields {
             if name == HEADERS_FIELD {
-                headers = parse_headers(value)?;
+                headers = parse_headers(raw.get(), &slice)?;
                 continue;
             }
             let json = name == payload;
-            values.push(column_value(value, json));
+            values.push(column_value(raw.get(), json, &slice));
             columns.push(RelationColumn {
                 flags: 0,
-                name,
+                name: name.into_owned(),
                 type_oid: if json { JSONB_OID } else { TEXT_OID },
                 type_modifier: -1,
             });
@@ -157,31 +164,55 @@ fn missing_field(missing: MissingColumn) -> MessageError {
     }
 }
 
-fn column_value(value: Value, json: bool) -> ColumnValue {
-    match value {
-        Value::Null => ColumnValue::Null,
-        Value::String(s) if !json => ColumnValue::Text(Bytes::from(s)),
-        other => ColumnValue::Text(Bytes::from(other.to_string())),
+/// A field's value: `null` → NULL, a string (unless `json`) → its text, anything
+/// else → its JSON text as written. `raw` is valid JSON (serde checked it).
+fn column_value(raw: &str, json: bool, slice: &impl Fn(&str) -> Bytes) -> ColumnValue {
+    match raw.as_bytes().first() {
+        Some(b'n') => ColumnValue::Null,
+        Some(b'"') if !json => ColumnValue::Text(string(raw, slice).unwrap_or_default()),
+        _ => ColumnValue::Text(slice(raw)),
     }
 }
 
-fn parse_headers(value: Value) -> Result<Vec<(Arc<str>, Bytes)>, MessageError> {
-    let Value::Object(map) = value else {
-        return Err(MessageError::HeadersNotObject(json_kind(&value)));
-    };
-    header_entries(map)
+/// The text of the JSON string `raw` (`None`: not a string): a slice of the
+/// content, or a copy when it has escapes.
+fn string(raw: &str, slice: &impl Fn(&str) -> Bytes) -> Option<Bytes> {
+    if !raw.starts_with('"') {
+        return None;
+    }
+    match serde_json::from_str::<&str>(raw) {
+        Ok(s) => Some(slice(s)),
+        Err(_) => serde_json::from_str::<String>(raw).ok().map(Bytes::from),
+    }
 }
 
-fn header_entries(map: Map<String, Value>) -> Result<Vec<(Arc<str>, Bytes)>, MessageError> {
+fn parse_headers(
+    raw: &str,
+    slice: &impl Fn(&str) -> Bytes,
+) -> Result<Vec<(Arc<str>, Bytes)>, MessageError> {
+    let map: BTreeMap<Cow<'_, str>, &RawValue> =
+        serde_json::from_str(raw).map_err(|_| MessageError::HeadersNotObject(raw_kind(raw)))?;
     map.into_iter()
-        .map(|(name, value)| match value {
-            Value::String(s) => Ok((Arc::from(name), Bytes::from(s))),
-            other => Err(MessageError::HeaderNotString {
-                name,
-                kind: json_kind(&other),
+        .map(|(name, value)| match string(value.get(), slice) {
+            Some(text) => Ok((Arc::from(name.as_ref()), text)),
+            None => Err(MessageError::HeaderNotString {
+                name: name.into_owned(),
+                kind: raw_kind(value.get()),
             }),
         })
         .collect()
+}
+
+/// What the valid JSON text `raw` is, from its first byte.
+fn raw_kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
+        Some(b'n') => "null",
+        Some(b't' | b'f') => "boolean",
+        Some(b'"') => "string",
+        Some(b'[') => "array",
+        Some(b'{') => "object",
+        _ => "number",
+    }
 }
 
 /// What a JSON value is, for error messages (`object`, `array`, `string`, …).
@@ -201,7 +232,11 @@ mod tests {
     use super::*;
 
     fn parse(content: &str) -> Result<MessageRow, MessageError> {
-        MessageRow::parse(content.as_bytes(), "pgoutbox", "payload")
+        MessageRow::parse(
+            &Bytes::copy_from_slice(content.as_bytes()),
+            "pgoutbox",
+            "payload",
+        )
     }
 
     #[test]
@@ -261,13 +296,13 @@ mod tests {
             ..ColumnMapping::default()
         };
         let content = br#"{"id":"1","aggregate_type":"o","order_id":"9","body":"x"}"#;
-        let row = MessageRow::parse(content, "p", "body").unwrap();
+        let row = MessageRow::parse(&Bytes::from_static(content), "p", "body").unwrap();
         let event = row.resolve(&mapping).unwrap().event(&row.tuple);
         assert_eq!(event.key.as_deref(), Some(&b"9"[..]));
         assert_eq!(event.payload.as_deref(), Some(&b"\"x\""[..]));
         // The default names no longer count: aggregate_id is not the key field.
         let row = MessageRow::parse(
-            br#"{"id":"1","aggregate_type":"o","aggregate_id":"9","body":1}"#,
+            &Bytes::from_static(br#"{"id":"1","aggregate_type":"o","aggregate_id":"9","body":1}"#),
             "p",
             "body",
         )
@@ -282,7 +317,7 @@ mod tests {
     #[test]
     fn every_broken_content_says_what_is_wrong() {
         let bad = |content: &[u8]| {
-            MessageRow::parse(content, "pgoutbox", "payload")
+            MessageRow::parse(&Bytes::copy_from_slice(content), "pgoutbox", "payload")
                 .and_then(|row| row.resolve(&ColumnMapping::default()))
                 .unwrap_err()
                 .to_string()
@@ -324,6 +359,26 @@ mod tests {
     }
 
     #[test]
+    fn values_are_slices_of_the_content_and_escapes_are_decoded() {
+        let content = Bytes::from_static(
+            br#" {"id":"e\u0031","aggregate_type":"o","aggregate_id":"k","payload": {"a": [1, 2]},"headers":{"h":"v\n"}} "#,
+        );
+        let row = MessageRow::parse(&content, "pgoutbox", "payload").unwrap();
+        let event = row
+            .resolve(&ColumnMapping::default())
+            .unwrap()
+            .event(&row.tuple);
+        assert_eq!(event.id.as_deref(), Some(&b"e1"[..]));
+        // The payload is the JSON text as written (a jsonb column's text, from the
+        // helper), sliced out of the message without a copy.
+        let payload = event.payload.unwrap();
+        assert_eq!(&payload[..], br#"{"a": [1, 2]}"#);
+        let range = content.as_ptr() as usize..content.as_ptr() as usize + content.len();
+        assert!(range.contains(&(payload.as_ptr() as usize)));
+        assert_eq!(&row.headers[0].1[..], b"v\n");
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic() {
         for content in [
             &b"\0"[..],
@@ -332,7 +387,7 @@ mod tests {
             b"1e999",
             b"nul",
         ] {
-            let _ = MessageRow::parse(content, "x", "payload");
+            let _ = MessageRow::parse(&Bytes::from_static(content), "x", "payload");
         }
     }
 }
