@@ -355,3 +355,52 @@ async fn postgres_13_refuses_messages_only_with_the_fix() {
         "nothing created"
     );
 }
+
+/// The message settings in `config show` (round-trippable TOML: the file written back
+/// gives the same configuration), and the settings refused up front.
+#[test]
+fn config_show_names_the_message_settings_and_bad_ones_are_refused() {
+    let show = |args: &[&str]| {
+        let mut p = Pgoutbox::spawn(&[&["config", "show"][..], args].concat());
+        let status = p.wait_exit(WAIT);
+        (status.success(), p.stdout_so_far().join("\n"), p.stderr())
+    };
+    let (ok, out, err) = show(&[
+        MESSAGES_ONLY,
+        "--message-prefix",
+        "a,b",
+        "--key-column",
+        "k",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("messages_only = true\n"), "{out}");
+    assert!(
+        !out.contains("\ntable = "),
+        "no table in messages-only mode: {out}"
+    );
+    assert!(out.contains("message_prefix = [\"a\", \"b\"]\n"), "{out}");
+    assert!(
+        out.contains("message_non_transactional = \"ignore\"\n"),
+        "{out}"
+    );
+    assert!(out.contains("key_column = \"k\"\n"), "{out}");
+    let (ok, out, _) = show(&[]);
+    assert!(ok);
+    assert!(
+        out.contains("table = [\"public.outbox\"]\nmessage_prefix = [\"pgoutbox\"]\n"),
+        "{out}"
+    );
+
+    let (ok, _, err) = show(&[MESSAGES_ONLY, "--table", "public.outbox"]);
+    assert!(!ok && err.contains("--messages-only"), "{err}");
+    let (ok, _, err) = show(&["--message-prefix", "pgoutbox-heartbeat"]);
+    assert!(
+        !ok && err.contains("the relay's own heartbeat messages use it"),
+        "{err}"
+    );
+    let (ok, _, err) = show(&[MESSAGES_ONLY, "--message-prefix", ""]);
+    assert!(
+        !ok && err.contains("fix: pass --message-prefix pgoutbox"),
+        "{err}"
+    );
+}

@@ -504,7 +504,7 @@ pub fn format(args: &FormatArgs) -> Result<(RecordFormat, Option<Vec<Placement>>
 /// database URL without its password, and every secret Kafka option
 /// ([`crate::kafka::config::is_secret`]).
 pub fn show_toml(cfg: &RunConfig) -> String {
-    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let q = toml_string;
     let list = |items: Vec<String>| {
         format!(
             "[{}]",
@@ -535,15 +535,17 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     line("kafka_option", list(options));
+    if cfg.source.messages_only {
+        line("messages_only", "true".to_owned());
+    } else {
+        let tables = cfg.pipeline.tables.iter().map(|t| t.table.to_string());
+        line("table", list(tables.collect()));
+    }
+    let messages = &cfg.pipeline.messages;
+    line("message_prefix", list(messages.prefixes.clone()));
     line(
-        "table",
-        list(
-            cfg.pipeline
-                .tables
-                .iter()
-                .map(|t| t.table.to_string())
-                .collect(),
-        ),
+        "message_non_transactional",
+        q(messages.non_transactional.name()),
     );
     line(
         "max_in_flight",
@@ -560,12 +562,9 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     line("value_converter", q(f.value.name()));
     line("expand_json_payload", f.expand_json.to_string());
     line("logical_name", q(&f.logical_name));
-    if let Some(placements) = cfg
-        .pipeline
-        .tables
-        .first()
-        .and_then(|t| t.mapping.placements.as_ref())
-    {
+    let first = cfg.pipeline.tables.first().map(|t| &t.mapping);
+    let mapping = first.unwrap_or(&cfg.pipeline.messages.mapping);
+    if let Some(placements) = mapping.placements.as_ref() {
         let items = placements
             .iter()
             .map(ToString::to_string)
@@ -602,24 +601,40 @@ pub fn show_toml(cfg: &RunConfig) -> String {
             .as_ref()
             .map_or("off".to_owned(), |d| d.display().to_string())),
     );
+    if cfg.source.messages_only {
+        // No table: the global mapping (the message field names) at top level.
+        out.push_str(&mapping_toml(&messages.template, &messages.mapping));
+    }
     for spec in &cfg.pipeline.tables {
-        let m = &spec.mapping;
         out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
-        for (k, v) in [
-            ("topic_template", spec.template.as_str()),
-            ("route_by_field", m.route_by.clone()),
-            ("id_column", m.id.clone()),
-            ("key_column", m.key.clone()),
-            ("event_type_column", m.event_type.clone()),
-            ("payload_column", m.payload.clone()),
-            ("timestamp_column", m.timestamp.clone()),
-            ("aggregate_type_column", m.aggregate_type.clone()),
-        ] {
-            out.push_str(&format!("{k} = {}\n", q(&v)));
-        }
-        if let Some(field) = &m.trace_context {
-            out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
-        }
+        out.push_str(&mapping_toml(&spec.template, &spec.mapping));
+    }
+    out
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `key = "value"` lines of a topic template and a column mapping.
+fn mapping_toml(template: &TopicTemplate, m: &ColumnMapping) -> String {
+    let q = toml_string;
+    let mut out = String::new();
+    for (k, v) in [
+        ("topic_template", template.as_str()),
+        ("route_by_field", m.route_by.clone()),
+        ("id_column", m.id.clone()),
+        ("key_column", m.key.clone()),
+        ("event_type_column", m.event_type.clone()),
+        ("payload_column", m.payload.clone()),
+        ("timestamp_column", m.timestamp.clone()),
+        ("aggregate_type_column", m.aggregate_type.clone()),
+    ] {
+        out.push_str(&format!("{k} = {}\n", q(&v)));
+    }
+    if let Some(field) = &m.trace_context {
+        out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
     }
     out
 }

@@ -72,6 +72,16 @@ impl Default for MessageConfig {
     }
 }
 
+impl NonTransactional {
+    /// The `--message-non-transactional` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ignore => "ignore",
+            Self::Relay => "relay",
+        }
+    }
+}
+
 impl MessageConfig {
     /// Whether messages with `prefix` are outbox events.
     pub fn accepts(&self, prefix: &str) -> bool {
