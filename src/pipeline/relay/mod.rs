@@ -6,6 +6,7 @@
 //! ```text
 //!  inputs                                                     outputs
 //!  on_wal(XLogData)  ─▶ Decoder ─▶ OutboxTables ─▶ record ──▶ Sink::send(record, tag)
+//!                       └─ Message ─▶ message.rs (content → virtual row) ─┘
 //!  on_wal(keepalive) ─┐              poison row ─▶ poison() ─▶ (fail | skip | dead letter)
 //!  on_delivery(tag)  ─┴▶ AckTracker (per transaction) ──────▶ to_report(): LSN to persist
 //!  retry_pending()   ─▶ the record that met a full queue        then confirm
@@ -21,7 +22,9 @@
 //! and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
 //! session's generation changes nothing; a row (insert, update or delete) of a
-//! published table that is not an outbox table is an error, never passed. No
+//! published table that is not an outbox table is an error, never passed; a
+//! logical decoding message with an outbox prefix takes the row's record path and
+//! counts in its transaction (`message.rs`). No
 //! allocation per event beyond the record itself (records go straight to the sink)
 //! and what names a transaction's first record for a stall report.
 
