@@ -83,72 +83,111 @@ pub enum MessageError {
     },
 }
 
-/// One message's content as a virtual outbox row. Fields come in name order
-/// (serde_json's map), so a producer's field order never changes the mapping.
+/// One message's content as a virtual outbox row (borrowing field names from the
+/// content). Fields come in name order (serde_json's map), so a producer's field
+/// order never changes the mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MessageRow {
-    /// Columns named after the object's fields (`headers` excluded), in field order.
-    pub relation: Relation,
+pub struct MessageRow<'a> {
+    /// The message's prefix (names the virtual relation).
+    prefix: &'a str,
+    /// Field names (`headers` excluded), in name order: the relation's columns.
+    names: Vec<Cow<'a, str>>,
+    /// Position of the payload field in `names`.
+    payload: Option<usize>,
     /// Their values in PostgreSQL text form.
     pub tuple: TupleData,
     /// The `headers` object's entries, in order.
     pub headers: Vec<(Arc<str>, Bytes)>,
 }
 
-impl MessageRow {
+impl<'a> MessageRow<'a> {
     /// Parse `content` of a message with `prefix`; `payload` is the mapped payload
     /// field (its value is always JSON text). Values are slices of `content` where
     /// the JSON text is the value (no copy); only a string with escapes is copied.
-    pub fn parse(content: &Bytes, prefix: &str, payload: &str) -> Result<Self, MessageError> {
+    /// One pass over the JSON on the happy path.
+    pub fn parse(content: &'a Bytes, prefix: &'a str, payload: &str) -> Result<Self, MessageError> {
         let text =
             std::str::from_utf8(content).map_err(|e| MessageError::NotUtf8(e.valid_up_to()))?;
-        let top: &RawValue =
-            serde_json::from_str(text).map_err(|e| MessageError::NotJson(e.to_string()))?;
-        let fields: BTreeMap<Cow<'_, str>, &RawValue> = match serde_json::from_str(top.get()) {
-            Ok(fields) => fields,
-            Err(_) => return Err(MessageError::NotObject(raw_kind(top.get()))),
-        };
+        let fields = object(text)?;
         let slice = |raw: &str| content.slice_ref(raw.as_bytes());
-        let mut columns = Vec::with_capacity(fields.len());
-        let mut values = Vec::with_capacity(fields.len());
-        let mut headers = Vec::new();
+        let mut row = MessageRow {
+            prefix,
+            names: Vec::with_capacity(fields.len()),
+            payload: None,
+            tuple: TupleData(Vec::with_capacity(fields.len())),
+            headers: Vec::new(),
+        };
         for (name, raw) in fields {
             if name == HEADERS_FIELD {
-                headers = parse_headers(raw.get(), &slice)?;
+                row.headers = parse_headers(raw.get(), &slice)?;
                 continue;
             }
             let json = name == payload;
-            values.push(column_value(raw.get(), json, &slice));
-            columns.push(RelationColumn {
-                flags: 0,
-                name: name.into_owned(),
-                type_oid: if json { JSONB_OID } else { TEXT_OID },
-                type_modifier: -1,
-            });
+            if json {
+                row.payload = Some(row.names.len());
+            }
+            row.tuple.0.push(column_value(raw.get(), json, &slice));
+            row.names.push(name);
         }
-        let relation = Relation {
-            xid: None,
-            id: 0,
-            namespace: MESSAGE_NAMESPACE.into(),
-            name: prefix.into(),
-            replica_identity: ReplicaIdentity::Default,
-            columns,
-        };
-        Ok(Self {
-            relation,
-            tuple: TupleData(values),
-            headers,
-        })
+        Ok(row)
     }
 
     /// The field names, for a cache of resolved mappings.
     pub fn field_names(&self) -> impl Iterator<Item = &str> {
-        self.relation.columns.iter().map(|c| c.name.as_str())
+        self.names.iter().map(|n| n.as_ref())
+    }
+
+    /// The virtual relation: namespace `message`, named after the prefix, a column
+    /// per field (`jsonb` for the payload, `text` for the others).
+    pub fn relation(&self) -> Relation {
+        let columns = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| RelationColumn {
+                flags: 0,
+                name: name.to_string(),
+                type_oid: if self.payload == Some(i) {
+                    JSONB_OID
+                } else {
+                    TEXT_OID
+                },
+                type_modifier: -1,
+            });
+        Relation {
+            xid: None,
+            id: 0,
+            namespace: MESSAGE_NAMESPACE.into(),
+            name: self.prefix.into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: columns.collect(),
+        }
     }
 
     /// Resolve `mapping` against this message's fields.
     pub fn resolve(&self, mapping: &ColumnMapping) -> Result<ResolvedMapping, MessageError> {
-        mapping.resolve(&self.relation).map_err(missing_field)
+        mapping.resolve(&self.relation()).map_err(missing_field)
+    }
+}
+
+/// The fields of the JSON object `text`, keys borrowed unless escaped; otherwise
+/// why it is not one (not JSON at all, or another JSON value).
+fn object(text: &str) -> Result<BTreeMap<Cow<'_, str>, &RawValue>, MessageError> {
+    if let Ok(fields) = serde_json::from_str::<BTreeMap<&str, &RawValue>>(text) {
+        return Ok(fields
+            .into_iter()
+            .map(|(k, v)| (Cow::Borrowed(k), v))
+            .collect());
+    }
+    match serde_json::from_str::<BTreeMap<String, &RawValue>>(text) {
+        Ok(fields) => Ok(fields
+            .into_iter()
+            .map(|(k, v)| (Cow::Owned(k), v))
+            .collect()),
+        Err(_) => match serde_json::from_str::<&RawValue>(text) {
+            Ok(value) => Err(MessageError::NotObject(raw_kind(value.get()))),
+            Err(e) => Err(MessageError::NotJson(e.to_string())),
+        },
     }
 }
 
@@ -231,12 +270,10 @@ pub fn json_kind(value: &Value) -> &'static str {
 mod tests {
     use super::*;
 
-    fn parse(content: &str) -> Result<MessageRow, MessageError> {
-        MessageRow::parse(
-            &Bytes::copy_from_slice(content.as_bytes()),
-            "pgoutbox",
-            "payload",
-        )
+    /// Parse a test's content (kept for the test's lifetime: rows borrow it).
+    fn parse(content: &'static str) -> Result<MessageRow<'static>, MessageError> {
+        let content: &'static Bytes = Box::leak(Box::new(Bytes::from_static(content.as_bytes())));
+        MessageRow::parse(content, "pgoutbox", "payload")
     }
 
     #[test]
@@ -262,8 +299,8 @@ mod tests {
         );
         assert_eq!(row.headers.len(), 1);
         assert_eq!(&*row.headers[0].0, "traceparent");
-        assert_eq!(row.relation.namespace, "message");
-        assert_eq!(row.relation.name, "pgoutbox");
+        assert_eq!(row.relation().namespace, "message");
+        assert_eq!(row.relation().name, "pgoutbox");
     }
 
     #[test]
@@ -296,17 +333,15 @@ mod tests {
             ..ColumnMapping::default()
         };
         let content = br#"{"id":"1","aggregate_type":"o","order_id":"9","body":"x"}"#;
-        let row = MessageRow::parse(&Bytes::from_static(content), "p", "body").unwrap();
+        let content = Bytes::from_static(content);
+        let row = MessageRow::parse(&content, "p", "body").unwrap();
         let event = row.resolve(&mapping).unwrap().event(&row.tuple);
         assert_eq!(event.key.as_deref(), Some(&b"9"[..]));
         assert_eq!(event.payload.as_deref(), Some(&b"\"x\""[..]));
         // The default names no longer count: aggregate_id is not the key field.
-        let row = MessageRow::parse(
-            &Bytes::from_static(br#"{"id":"1","aggregate_type":"o","aggregate_id":"9","body":1}"#),
-            "p",
-            "body",
-        )
-        .unwrap();
+        let content =
+            Bytes::from_static(br#"{"id":"1","aggregate_type":"o","aggregate_id":"9","body":1}"#);
+        let row = MessageRow::parse(&content, "p", "body").unwrap();
         let err = row.resolve(&mapping).unwrap_err().to_string();
         assert_eq!(
             err,
@@ -317,7 +352,8 @@ mod tests {
     #[test]
     fn every_broken_content_says_what_is_wrong() {
         let bad = |content: &[u8]| {
-            MessageRow::parse(&Bytes::copy_from_slice(content), "pgoutbox", "payload")
+            let content = Bytes::copy_from_slice(content);
+            MessageRow::parse(&content, "pgoutbox", "payload")
                 .and_then(|row| row.resolve(&ColumnMapping::default()))
                 .unwrap_err()
                 .to_string()
@@ -387,7 +423,8 @@ mod tests {
             b"1e999",
             b"nul",
         ] {
-            let _ = MessageRow::parse(&Bytes::from_static(content), "x", "payload");
+            let content = Bytes::from_static(content);
+            let _ = MessageRow::parse(&content, "x", "payload");
         }
     }
 }
