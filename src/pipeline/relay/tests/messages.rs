@@ -214,3 +214,31 @@ fn messages_work_without_any_table() {
     h.ack(0);
     assert_eq!(h.relay.to_report(), Some(Lsn(0x900)));
 }
+
+#[test]
+fn each_field_set_is_mapped_on_its_own() {
+    let cfg = PipelineConfig {
+        invalid: policy("bad-message=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    let without_payload = r#"{"id":"a","aggregate_type":"order","aggregate_id":"k"}"#;
+    h.wal(message("pgoutbox", without_payload, true)).unwrap();
+    h.wal(message("pgoutbox", &event("b"), true)).unwrap();
+    h.wal(message("pgoutbox", without_payload, true)).unwrap();
+    let extra = event("c").replace(r#""id":"c""#, r#""id":"c","more":[1]"#);
+    h.wal(message("pgoutbox", &extra, true)).unwrap();
+    h.commit(0x100);
+    let topics: Vec<&str> = h.sink.sent.iter().map(|(r, _)| r.topic.as_str()).collect();
+    assert_eq!(
+        topics,
+        ["dead", "outbox.event.order", "dead", "outbox.event.order"]
+    );
+    let (letter, _) = &h.sink.sent[2];
+    assert_eq!(
+        header_of(letter, header::REASON).as_deref(),
+        Some("no field \"payload\" (mapped as payload); fields are: aggregate_id, aggregate_type, id")
+    );
+    assert_eq!(h.sink.sent[3].0.id_text(), "c");
+}
