@@ -411,3 +411,48 @@ fn config_show_names_the_message_settings_and_bad_ones_are_refused() {
         "{err}"
     );
 }
+
+/// `tail` shows outbox messages like rows (op `message`, source `message.<prefix>`),
+/// warns about a bad one instead of showing it, and passes other prefixes.
+#[test]
+fn tail_shows_messages_like_rows() {
+    let db = PgCluster::shared().fresh_db();
+    if db.server_version_num() < 140000 {
+        return; // covered by the refusal tests: pgoutput sends no messages before 14
+    }
+    load_helper(&db);
+    let url = db.url();
+    let mut tail = Pgoutbox::spawn(&[
+        "tail",
+        "--database-url",
+        &url,
+        MESSAGES_ONLY,
+        "--limit",
+        "2",
+    ]);
+    tail.wait_stderr("tailing outbox", WAIT);
+    let first = db.psql(
+        "SELECT pg_logical_emit_message(true, 'other', 'x'); \
+         SELECT pg_logical_emit_message(true, 'pgoutbox', '[1]'); \
+         SELECT outbox_emit_message('order', 'k1', 'Placed', '{\"n\": 1}')",
+    );
+    let second = db.psql("SELECT outbox_emit_message('invoice', 'k2', 'Sent', '{\"n\": 2}')");
+    let lines = tail.take_lines(2, WAIT);
+    assert!(tail.wait_exit(WAIT).success(), "{}", tail.stderr());
+    let shown: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(shown[0]["op"], "message");
+    assert_eq!(shown[0]["table"], "message.pgoutbox");
+    assert_eq!(shown[0]["id"], first.lines().last().unwrap());
+    assert_eq!(shown[0]["topic"], "outbox.event.order");
+    assert_eq!(shown[0]["key"], "k1");
+    assert_eq!(shown[0]["payload"], serde_json::json!({"n": 1}));
+    assert_eq!(shown[1]["id"], second.as_str());
+    assert!(
+        tail.stderr().contains("bad-message: not shown"),
+        "{}",
+        tail.stderr()
+    );
+}

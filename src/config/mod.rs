@@ -362,8 +362,10 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
 pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
+    let messages = routing.messages(&source, None, NonTransactionalArg::Ignore)?;
     Ok(TailConfig {
         tables: routing.specs(&source.tables)?,
+        messages,
         source,
         format: match args.format {
             TailFormatArg::Json => TailFormat::Json,
