@@ -134,8 +134,9 @@ impl Relay<'_> {
         }
         if message.flags & LogicalMessage::TRANSACTIONAL != 0 {
             let Some(txn) = &self.txn else {
+                // Outside Begin/Commit only with streaming, which is never enabled.
                 return Err(PipelineError::UnexpectedMessage(
-                    "transactional logical decoding message outside a transaction",
+                    "transactional logical decoding",
                 ));
             };
             let (no, commit_time) = (txn.no, txn.commit_time);
