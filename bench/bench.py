@@ -35,6 +35,12 @@ from the same empty in-memory state):
             single-row transactions, so created_at is within the commit's
             milliseconds); then the backlog drain rate of ROWS rows (transactions of
             100) by poll mode and by logical mode, same rows, same run.
+  messages  (bench/run.sh messages, issue 14) the same ROWS events in transactions of K,
+            once inserted as outbox rows and once emitted as logical decoding messages
+            (sql/outbox_message.sql's outbox_emit_message, same content; the relay runs
+            --messages-only on an empty publication): the producer side (load rate,
+            asynchronous commit, one set-based statement per transaction) and the relay's
+            drain rate and CPU µs/event for each, REPS drains per side.
 
 Invariants: figures are reported, never asserted; a measurement whose event count does
 not match what was written is marked invalid instead of silently reported. Progress goes
@@ -410,14 +416,14 @@ class Bench:
                           f"WHERE slot_name = '{slot}'")
         return (r[0][0] == "t", int(r[0][1]) if r and r[0][1] else None) if r else (False, None)
 
-    def start_relay(self, slot, binary=None):
+    def start_relay(self, slot, binary=None, extra=()):
         t_spawn = time.time()
         p = self.spawn([binary or self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
                         "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off",
                         # every drain starts on a freshly created slot (same name across
                         # repetitions): slot safety would rightly call that a re-created
                         # slot, so each relay run gets a state dir of its own
-                        "--state-dir", tempfile.mkdtemp(prefix="relay-state-", dir=self.dir)],
+                        "--state-dir", tempfile.mkdtemp(prefix="relay-state-", dir=self.dir), *extra],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
         lines = Lines(p.stderr)
@@ -449,9 +455,9 @@ class Bench:
             time.sleep(0.01)
         raise RuntimeError(f"slot {slot} did not reach {lsn} within {timeout} s:\n{lines.tail()}")
 
-    def drain_relay(self, slot, end, rows):
+    def drain_relay(self, slot, end, rows, extra=()):
         self.restart_broker()
-        p, lines, t_spawn, t_ready = self.start_relay(slot)
+        p, lines, t_spawn, t_ready = self.start_relay(slot, extra=extra)
         t_done, ws = self.wait_confirmed(p, lines, slot, end, max(300, rows / 500))
         cpu, hwm, ws_cpu = proc_cpu(p.pid), proc_hwm_mb(p.pid), ws.cpu()
         stats = self.stop_relay(p, lines)
@@ -783,6 +789,97 @@ class Bench:
             self.results["memory"][name] = x
 
 
+    # ---- messages vs rows (issue 14) --------------------------------------------
+    def load_messages(self, rows, k, raw=False):
+        """ROWS events as transactional logical decoding messages in transactions of K, the
+        content load() writes as rows (asynchronous commit: loading only), through
+        outbox_emit_message, or with `raw` one pg_logical_emit_message of the same JSON
+        built inline (the mechanism without the helper's PL/pgSQL call)."""
+        t0 = time.time()
+        args = ROW_SQL.format(key="({key} % 1000)::text", i="{i}", g="g")
+        call = ("outbox_emit_message(" + args + ")" if not raw else
+                "pg_logical_emit_message(true, 'pgoutbox', jsonb_build_object('id', gen_random_uuid(), "
+                "'aggregate_type', 'bench', 'aggregate_id', ({key} % 1000)::text, 'event_type', 'Happened', "
+                "'payload', jsonb_build_object('i', {i}, 'g', g, 'pad', repeat('x', " + str(PAD) + ")), "
+                "'created_at', now())::text)")
+        emit = "SELECT count(" + call + ") FROM generate_series(1, {n}) g"
+        if k >= rows:
+            self.psql("SET synchronous_commit = off", emit.format(key="g", i="g", n=rows))
+        else:
+            self.psql("SET synchronous_commit = off",
+                      f"DO $$ BEGIN FOR i IN 1..({rows} / {k}) LOOP PERFORM ("
+                      + emit.format(key=f"(i * {k} + g)", i="i", n=k) + "); COMMIT; END LOOP; END $$")
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        log(f"emitted {rows} messages in transactions of {k} in {time.time() - t0:.1f} s, end LSN {end}")
+        return end
+
+    def messages(self, rows, k, reps):
+        rows = rows // k * k
+        self.psql_file(os.path.join(ROOT, "sql/outbox_message.sql"))
+        self.psql("DROP PUBLICATION IF EXISTS pgoutbox_messages", "CREATE PUBLICATION pgoutbox_messages")
+        out = self.results.setdefault("messages", {"rows": rows, "txn_size": k})
+        sides = (("table", self.load, ()),
+                 ("message", self.load_messages, ("--messages-only", "--publication", "pgoutbox_messages")))
+        for side, load, extra in sides:
+            self.pressure.phase = f"messages {side} txn={k}"
+            log(f"messages: {rows} events as {side}s in transactions of {k}, {reps} rep(s)")
+            self.sql.rows("TRUNCATE outbox")
+            self.drop_slots("q\\_%")
+            self.create_slots([f"q_{side}_{r}" for r in range(reps)])
+            wal0 = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+            t0 = time.time()
+            end = load(rows, k)
+            load_s = time.time() - t0
+            wal = int(self.sql.one(f"SELECT '{end}'::pg_lsn - '{wal0}'::pg_lsn"))
+            runs = []
+            for r in range(reps):
+                x = self.drain_relay(f"q_{side}_{r}", end, rows, extra)
+                x["rep"] = r
+                runs.append(x)
+                log(f"  rep {r} {side:<8} {x['events_per_second']:>10,.0f} ev/s, "
+                    f"relay CPU {x['cpu_us_per_event']:.2f} µs/ev")
+            self.drop_slots("q\\_%")
+            out[side] = {"load_seconds": load_s, "insert_events_per_second": rows / load_s,
+                         "wal_bytes_per_event": wal / rows, "runs": runs}
+        self.pressure.phase = f"messages raw txn={k}"
+        wal0 = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        t0 = time.time()
+        end = self.load_messages(rows, k, raw=True)
+        load_s = time.time() - t0
+        wal = int(self.sql.one(f"SELECT '{end}'::pg_lsn - '{wal0}'::pg_lsn"))
+        out["message_raw"] = {"load_seconds": load_s, "insert_events_per_second": rows / load_s,
+                              "wal_bytes_per_event": wal / rows}
+
+
+def messages_table(res):
+    """Rows for `bench/run.sh messages`: each figure as messages (value) vs table rows (baseline)."""
+    m = res.get("messages")
+    if not m or "table" not in m or "message" not in m:
+        return []
+    t, g, k = m["table"], m["message"], m["txn_size"]
+    valid = all(x["valid"] for side in (t, g) for x in side["runs"])
+    rel = lambda side, q: median([x[q] for x in side["runs"] if x[q] is not None])
+    ratio = lambda a, b: fmt(a / b if a and b else None, ".2f") + "×"
+    rows = [(f"messages txn={k}: insert side ev/s, messages vs table rows",
+             fmt(g["insert_events_per_second"]), fmt(t["insert_events_per_second"]),
+             ratio(g["insert_events_per_second"], t["insert_events_per_second"]), "info (expect > 1×)", ""),
+            (f"messages txn={k}: insert side ev/s, raw pg_logical_emit_message (no helper) vs table rows",
+             fmt(m.get("message_raw", {}).get("insert_events_per_second")), fmt(t["insert_events_per_second"]),
+             ratio(m.get("message_raw", {}).get("insert_events_per_second"), t["insert_events_per_second"]),
+             "info", ""),
+            (f"messages txn={k}: WAL bytes/event, messages vs table rows",
+             fmt(g["wal_bytes_per_event"]), fmt(t["wal_bytes_per_event"]),
+             ratio(g["wal_bytes_per_event"], t["wal_bytes_per_event"]), "info", "")]
+    for q, what in (("events_per_second", "relay drain ev/s (median)"),
+                    ("cpu_us_per_event", "relay CPU µs/event (median)"),
+                    ("walsender_cpu_us_per_event", "walsender CPU µs/event (median)")):
+        a, b = rel(g, q), rel(t, q)
+        rows.append((f"messages txn={k}: {what}, messages vs table rows",
+                     fmt(a, ",.2f" if "cpu" in q else ",.0f"), fmt(b, ",.2f" if "cpu" in q else ",.0f"),
+                     ratio(a, b), "info", "" if valid else "invalid run"))
+    return rows
+
+
 def pgbench_clients(rate):
     """Connections pgbench spreads a rate over. Each synchronous commit waits for its WAL
     flush (a few ms here), so one connection manages a few hundred per second: 4 fixed
@@ -987,8 +1084,10 @@ def main():
     quick = os.environ.get("BENCH_QUICK") == "1"
     env = lambda name, default: type(default)(os.environ.get(name, default))
     ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
-    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll"])
-    ap.add_argument("args", nargs="*", help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]")
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages"])
+    ap.add_argument("args", nargs="*",
+                    help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]; "
+                         "messages: [ROWS] [TXN_SIZE]")
     ap.add_argument("--json", help="write the results here (default bench/results/<utc>.json)")
     ap.add_argument("--rates", default=env("BENCH_RATES", "1000 5000 10000"),
                     help="live insert rates, one-row transactions/s, space- or comma-separated "
@@ -1015,6 +1114,9 @@ def main():
         o.txn_sizes = o.args[1] if len(o.args) > 1 else o.txn_sizes
     if o.mode == "poll":
         o.rate = int(o.args[0]) if o.args else (o.rate or 1000)
+    if o.mode == "messages":
+        o.rows = int(o.args[0]) if o.args else o.rows
+        o.txn_sizes = o.args[1] if len(o.args) > 1 else "10"
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
     if o.mode == "live":
         o.rates = o.args[0] if o.args else o.rates
@@ -1045,6 +1147,7 @@ def main():
                      f"{o.idle_seconds} s" if o.mode in ("all", "live") else "")
                   + (f", memory rows {o.mem_rows} (backlog txn {o.mem_txn})" if o.mode == "all" else "")
                   + (f", relay B {o.relay_b}" if o.relay_b and o.mode in ("all", "live") else "")
+                  + (f", messages vs rows: {o.rows} events, txn {o.txn_sizes}" if o.mode == "messages" else "")
                   + (" (BENCH_QUICK)" if quick else ""))
         log(header)
         if o.mode in ("all", "backlog"):
@@ -1059,13 +1162,15 @@ def main():
             b.memory(o.mem_rows, o.mem_txn)
         if o.mode == "poll":
             b.poll_mode(o.rate, o.live_seconds, o.rows, o.reps)
+        if o.mode == "messages":
+            b.messages(o.rows, int(o.txn_sizes.split()[0]), o.reps)
     except Exception as e:  # report what was measured before the failure
         error = f"{type(e).__name__}: {e}"
         log(f"error: {error}")
     finally:
         b.cleanup()
     try:
-        table = build_table(b.results, before)
+        table = build_table(b.results, before) + messages_table(b.results)
     except Exception as e:  # a partial run can lack figures the table compares
         table = []
         error = error or f"table: {type(e).__name__}: {e}"

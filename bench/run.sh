@@ -12,6 +12,9 @@
 #                                                 batch size (default 1000000 "1000 5000 20000"):
 #                                                 time, longest batch, concurrent insert latency
 #                                                 (bench/cleanup.py; BENCH_BIN=path skips the build)
+#   bench/run.sh messages [ROWS] [TXN_SIZE]       the same events as outbox rows vs logical decoding
+#                                                 messages (default 200000, 10): insert rate, WAL
+#                                                 bytes, relay drain rate and CPU for each (issue 14)
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),

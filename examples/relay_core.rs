@@ -63,6 +63,7 @@ fn main() {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        messages: pgoutbox::pipeline::MessageConfig::default(),
         format: pgoutbox::outbox::connect::RecordFormat::default(),
         publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,

@@ -348,6 +348,40 @@ pub struct SourceArgs {
         value_name = "SCHEMA.TABLE"
     )]
     pub tables: Vec<String>,
+
+    /// Logical decoding messages with this prefix are outbox events too (the
+    /// table-less outbox, PostgreSQL 14+): `pg_logical_emit_message(true, 'pgoutbox',
+    /// '{"id":…,"aggregate_type":…,"aggregate_id":…,"payload":…}')`, or the helper
+    /// `outbox_emit_message(…)` of sql/outbox_message.sql. Field names are the mapped
+    /// column names (--key-column etc. apply); an optional `headers` object of strings
+    /// becomes Kafka headers. Exact match; repeatable (or comma-separated); an empty
+    /// value turns messages off. A message that is not such an object is a poison
+    /// event (--on-invalid bad-message).
+    #[arg(
+        long = "message-prefix",
+        env = "PGOUTBOX_MESSAGE_PREFIX",
+        value_delimiter = ',',
+        default_value = "pgoutbox",
+        value_name = "PREFIX"
+    )]
+    pub message_prefixes: Vec<String>,
+
+    /// The table-less outbox: relay logical decoding messages only (--message-prefix),
+    /// with no outbox table. The publication is then created empty (CREATE
+    /// PUBLICATION <name>, no table: the slot still needs one) and must stay empty;
+    /// `check` and `status` report the mode. Needs PostgreSQL 14+. Conflicts with --table.
+    #[arg(
+        long,
+        env = "PGOUTBOX_MESSAGES_ONLY",
+        conflicts_with = "tables",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        value_name = "BOOL"
+    )]
+    pub messages_only: bool,
 }
 
 /// How rows become records. Debezium Outbox Event Router option names are accepted
@@ -626,6 +660,19 @@ pub struct RunArgs {
     #[command(flatten)]
     pub records: RecordArgs,
 
+    /// What to do with a non-transactional logical decoding message with an outbox
+    /// prefix (pg_logical_emit_message(false, …): sent at once, even if its
+    /// transaction rolls back): `ignore` (count it in pgoutbox_messages_ignored_total
+    /// and warn, the default) or `relay` (send it as a unit of its own, confirmed at
+    /// its LSN once acked).
+    #[arg(
+        long,
+        env = "PGOUTBOX_MESSAGE_NON_TRANSACTIONAL",
+        value_enum,
+        default_value_t = NonTransactionalArg::Ignore
+    )]
+    pub message_non_transactional: NonTransactionalArg,
+
     /// Stop reading WAL while this many records await a Kafka ack.
     #[arg(
         long,
@@ -702,7 +749,8 @@ pub struct RecordArgs {
     /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key (key column NULL or
     /// empty), invalid-topic, null-route (route-by column NULL or empty: the topic
     /// would be the template's bare prefix, e.g. `outbox.event.`), too-large,
-    /// invalid-json, missing-column. `null-key=deliver` sends keyless rows as they
+    /// invalid-json, missing-column, bad-message (a logical decoding message that is
+    /// not an outbox event object). `null-key=deliver` sends keyless rows as they
     /// are, as Debezium does: NULL → a null Kafka key (spread over partitions, no
     /// per-key order), empty → empty key bytes (one fixed partition). Repeatable,
     /// applied in order, e.g. `--on-invalid dlq --on-invalid missing-column=fail`.
@@ -788,6 +836,15 @@ pub struct ReplayArgs {
     /// producer's queue, not by the number of rows replayed).
     #[arg(long, default_value_t = 1000, value_name = "ROWS")]
     pub batch_size: usize,
+}
+
+/// `--message-non-transactional` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NonTransactionalArg {
+    /// Count and warn; not relayed.
+    Ignore,
+    /// Relay as a unit of its own.
+    Relay,
 }
 
 /// `--on-update` values.

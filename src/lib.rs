@@ -17,7 +17,8 @@
 //!   [`pg::tls`], [`pg::conninfo`] libpq connection strings, [`pg::host_walk`] how
 //!   both connections walk a multi-host list (`target_session_attrs`, failover),
 //!   [`pg::source`] the database, publication and tables a command works on.
-//! - [`outbox`]: row → event ([`outbox::event`]), topic rules ([`outbox::routing`]),
+//! - [`outbox`]: row → event ([`outbox::event`]), logical decoding message → the
+//!   same event ([`outbox::message`], the table-less outbox), topic rules ([`outbox::routing`]),
 //!   poison rows with their dead letters ([`outbox::invalid`]), W3C trace context
 //!   ([`outbox::trace`]) and the Kafka Connect record format of a Debezium
 //!   connector ([`outbox::connect`]).

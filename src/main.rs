@@ -247,6 +247,7 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         &source.tables,
         &slot,
         args.slot_failover.slot_failover,
+        source.messages_only,
     )
     .await
     .context("setup failed")?;
@@ -343,6 +344,8 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         brokers: args.brokers.clone(),
         kafka_options: config::kafka_options(&args.kafka)?,
         templates,
+        message_prefixes: source.message_prefixes.clone(),
+        messages_only: source.messages_only,
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {
@@ -416,9 +419,12 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
         if args.json {
-            print(&format!("{}\n", serde_json::to_string(&status.to_json())?))?;
+            let mut json = status.to_json();
+            json["source"] = pgoutbox::ops::status::source_json(&source);
+            print(&format!("{}\n", serde_json::to_string(&json)?))?;
         } else {
             print(&status.render())?;
+            print(&pgoutbox::ops::status::source_line(&source))?;
         }
         let Some(every) = args.watch else {
             return status_verdict(&status);

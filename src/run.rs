@@ -359,6 +359,9 @@ fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
 async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
     let client = catalog::connect(&cfg.source.conninfo).await?;
     catalog::require_logical_wal(&client).await?;
+    if cfg.source.messages_only {
+        catalog::require_messages(&client).await?;
+    }
     if create || catalog::publication_exists(&client, &cfg.source.publication).await? {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }
@@ -518,8 +521,10 @@ fn log_start(
         timeline = identity.timeline,
         brokers = %cfg.brokers,
         tables = %tables.join(","),
+        message_prefixes = %cfg.source.message_prefixes.join(","),
         publication = %cfg.source.publication,
-        "relaying outbox to kafka"
+        "relaying outbox to kafka{}",
+        if cfg.source.messages_only { " (messages only: no outbox table)" } else { "" }
     );
 }
 

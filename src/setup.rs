@@ -4,6 +4,8 @@
 //! reads the publication through the slot's historic snapshot: a slot created before
 //! its publication fails to decode changes older than the publication. The slot is a
 //! failover slot on PostgreSQL 17+ unless `--slot-failover false` ([`crate::pg::failover`]).
+//! With `--messages-only` there is no table and the publication is created empty
+//! (`CREATE PUBLICATION name WITH (…)`): pgoutput needs one, the messages do not.
 //! Invariant: idempotent; running it twice changes nothing the second time (an
 //! existing slot is never altered).
 //!
@@ -46,16 +48,21 @@ pub struct SetupOutcome {
     pub slot: Ensured,
 }
 
-/// Ensure publication and slot exist.
+/// Ensure publication and slot exist. `messages_only` (no table: an empty
+/// publication) is refused before PostgreSQL 14, before anything is created.
 pub async fn run(
     conninfo: &ConnInfo,
     publication: &str,
     tables: &[TableName],
     slot: &str,
     slot_failover: bool,
+    messages_only: bool,
 ) -> Result<SetupOutcome, CatalogError> {
     let client = catalog::connect(conninfo).await?;
     catalog::require_logical_wal(&client).await?;
+    if messages_only {
+        catalog::require_messages(&client).await?;
+    }
     let publication = catalog::ensure_publication(&client, publication, tables).await?;
     let slot = catalog::ensure_slot(&client, slot, slot_failover).await?;
     Ok(SetupOutcome { publication, slot })

@@ -46,6 +46,8 @@ fn input(db: &TestDb<'_>, slot_failover: bool) -> CheckInput {
         brokers: None,
         kafka_options: Default::default(),
         templates: vec![],
+        message_prefixes: vec!["pgoutbox".into()],
+        messages_only: false,
     }
 }
 

@@ -23,6 +23,7 @@ mod faults;
 mod heartbeat;
 mod keepalive;
 mod logs;
+mod messages;
 mod mock_kafka;
 mod network;
 mod ops;

@@ -46,6 +46,8 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         brokers: None,
         kafka_options: Default::default(),
         templates: vec![],
+        message_prefixes: vec!["pgoutbox".into()],
+        messages_only: false,
     }
 }
 
@@ -105,6 +107,7 @@ async fn check_passes_on_a_correct_setup() {
         "publication_operations",
         "publication_other_tables",
         "publication_tables",
+        "messages",
         "slot",
         "slot_wal_status",
     ];
@@ -694,6 +697,8 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         brokers: Some("127.0.0.1:1".into()),
         kafka_options: Default::default(),
         templates: vec![],
+        message_prefixes: vec!["pgoutbox".into()],
+        messages_only: false,
     };
     let report = check(&input).await;
     assert_eq!(

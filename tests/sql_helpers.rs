@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use support::{PgCluster, TestDb};
 
-const FILES: [&str; 5] = [
+const FILES: [&str; 6] = [
     "outbox_emit.sql",
+    // Exercised with the relay in `messages` (the table-less outbox).
+    "outbox_message.sql",
     "outbox_cleanup.sql",
     "outbox_backlog.sql",
     "consumer_dedup.sql",
@@ -231,6 +233,79 @@ fn outbox_emit_without_keep_is_still_in_logical_decoding() {
     assert!(inserts[1].len() > 64_000, "payload truncated");
     assert!(!changes.contains(&rolled_back), "rolled-back event decoded");
 
+    db.psql(&format!("SELECT pg_drop_replication_slot('{slot}')"));
+}
+
+/// `outbox_emit_message` emits one transactional logical decoding message per
+/// committed call, whose content the relay maps like a default outbox row; rolled
+/// back calls (whole transaction or savepoint) emit nothing; bad input is refused.
+#[test]
+fn outbox_emit_message_is_a_transactional_message_the_relay_can_map() {
+    use pgoutbox::outbox::event::ColumnMapping;
+    use pgoutbox::outbox::message::MessageRow;
+
+    let db = PgCluster::shared().fresh_db();
+    load(&db, "outbox_message.sql");
+    let slot = format!("tm_{}", db.name);
+    db.psql(&format!(
+        "SELECT pg_create_logical_replication_slot('{slot}', 'test_decoding')"
+    ));
+    let kept = db.psql(
+        "BEGIN; SELECT outbox_emit_message('order', '42', 'OrderPaid', '{\"n\": 1}', \
+           '{\"traceparent\": \"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\"}'); \
+         SAVEPOINT s; SELECT outbox_emit_message('order', '42', 'Never', '{}'); \
+         ROLLBACK TO SAVEPOINT s; COMMIT;",
+    );
+    let kept = kept.lines().next().unwrap_or_default().to_owned();
+    assert_uuid(&kept);
+    db.psql("BEGIN; SELECT outbox_emit_message('order', '43', 'Never', '{}'); ROLLBACK;");
+    for (call, error) in [
+        ("NULL, '1', 't', '{}'", "must not be NULL"),
+        ("'o', '1', 't', NULL", "must not be NULL"),
+        (
+            "'o', '1', 't', '{}', '[]'",
+            "headers must be a JSON object of string values",
+        ),
+        (
+            "'o', '1', 't', '{}', '{\"n\": 1}'",
+            "headers must be a JSON object of string values",
+        ),
+        ("'o', '1', 't', '{}', NULL, ''", "prefix must be one of"),
+    ] {
+        let err = psql_err(&db, &format!("SELECT outbox_emit_message({call})"));
+        assert!(err.contains(error), "{call}: {err}");
+    }
+
+    let changes = db.psql(&format!(
+        "SELECT data FROM pg_logical_slot_get_changes('{slot}', NULL, NULL) \
+         WHERE data LIKE 'message:%'"
+    ));
+    let messages: Vec<&str> = changes.lines().collect();
+    assert_eq!(messages.len(), 1, "decoded messages:\n{changes}");
+    assert!(
+        messages[0].starts_with("message: transactional: 1 prefix: pgoutbox, sz: "),
+        "{}",
+        messages[0]
+    );
+    let content = messages[0].split_once("content:").unwrap().1;
+    let content = bytes::Bytes::copy_from_slice(content.as_bytes());
+    let row = MessageRow::parse(&content, "pgoutbox", "payload").unwrap();
+    let event = row
+        .resolve(&ColumnMapping::default())
+        .unwrap()
+        .event(&row.tuple);
+    let text = |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+    assert_eq!(text(event.id), kept);
+    assert_eq!(text(event.route_value), "order");
+    assert_eq!(text(event.key), "42");
+    assert_eq!(text(event.event_type), "OrderPaid");
+    assert_eq!(
+        text(event.payload),
+        r#"{"n": 1}"#,
+        "as a jsonb column's text"
+    );
+    assert!(text(event.timestamp).contains('T'), "ISO 8601 created_at");
+    assert_eq!(&*row.headers[0].0, "traceparent");
     db.psql(&format!("SELECT pg_drop_replication_slot('{slot}')"));
 }
 

@@ -115,6 +115,8 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
         slot_failover: true,
         kafka_options: Default::default(),
         templates: vec![],
+        message_prefixes: vec!["pgoutbox".into()],
+        messages_only: false,
     };
     let report = check(&input).await;
     let other = report

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, OnUpdateArg, PollMarkArg, RecordArgs,
-    RecordTimestampArg, ReplayArgs, RoutingArgs, RunArgs, SourceArgs, SourceKind, TailArgs,
-    TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg, PollMarkArg,
+    RecordArgs, RecordTimestampArg, ReplayArgs, RoutingArgs, RunArgs, SourceArgs, SourceKind,
+    TailArgs, TailFormat as TailFormatArg,
 };
 use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
@@ -39,7 +39,7 @@ use crate::outbox::trace::{TraceError, TraceField};
 use crate::pg::catalog::TableName;
 use crate::pg::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::source::SourceConfig;
-use crate::pipeline::{OnUpdate, PipelineConfig};
+use crate::pipeline::{MessageConfig, NonTransactional, OnUpdate, PipelineConfig};
 use crate::poll::{Mark, PollConfig};
 use crate::replay::{RawSelection, ReplayConfig, Selection, SelectionError};
 use crate::run::RunConfig;
@@ -62,8 +62,17 @@ pub enum ConfigError {
     #[error("invalid slot name {0:?}: use 1-63 lowercase letters, digits and underscores")]
     Slot(String),
     /// No tables.
-    #[error("no outbox table given; fix: pass --table schema.table")]
+    #[error("no outbox table given; fix: pass --table schema.table, or --messages-only for the table-less outbox")]
     NoTables,
+    /// `--messages-only` with every prefix empty.
+    #[error("--messages-only relays logical decoding messages only, but --message-prefix is empty; fix: pass --message-prefix pgoutbox (the default) or drop --messages-only")]
+    NoMessagePrefix,
+    /// `--source poll` with `--messages-only`.
+    #[error("--source poll reads rows of an outbox table, but --messages-only names none: logical decoding messages exist only in the WAL, which only --source logical reads; fix: drop --messages-only (and name the table with --table), or use --source logical")]
+    PollMessagesOnly,
+    /// The relay's own heartbeat prefix given as an outbox prefix.
+    #[error("invalid --message-prefix {0:?}: the relay's own heartbeat messages use it; fix: choose another prefix")]
+    ReservedPrefix(String),
     /// A `--kafka-option` that does not parse or would weaken delivery.
     #[error(transparent)]
     KafkaOption(#[from] OptionError),
@@ -162,14 +171,37 @@ pub fn source(args: &SourceArgs) -> Result<SourceConfig, ConfigError> {
             tables.push(table);
         }
     }
-    if tables.is_empty() {
+    if args.messages_only {
+        tables.clear();
+    } else if tables.is_empty() {
         return Err(ConfigError::NoTables);
+    }
+    let message_prefixes = message_prefixes(&args.message_prefixes)?;
+    if args.messages_only && message_prefixes.is_empty() {
+        return Err(ConfigError::NoMessagePrefix);
     }
     Ok(SourceConfig {
         conninfo,
         publication: args.publication.clone(),
         tables,
+        message_prefixes,
+        messages_only: args.messages_only,
     })
+}
+
+/// `--message-prefix` values: empty ones dropped (`--message-prefix ''` turns
+/// messages off), duplicates removed, the heartbeat prefix refused.
+fn message_prefixes(raw: &[String]) -> Result<Vec<String>, ConfigError> {
+    let mut prefixes: Vec<String> = Vec::new();
+    for prefix in raw.iter().filter(|p| !p.is_empty()) {
+        if prefix == crate::outbox::message::HEARTBEAT_PREFIX {
+            return Err(ConfigError::ReservedPrefix(prefix.clone()));
+        }
+        if !prefixes.contains(prefix) {
+            prefixes.push(prefix.clone());
+        }
+    }
+    Ok(prefixes)
 }
 
 impl RoutingConfig {
@@ -215,6 +247,35 @@ impl RoutingConfig {
                 })
             })
             .collect()
+    }
+
+    /// The message settings: the global mapping (no table overrides: a message has
+    /// no table) with the placements, and the global topic template.
+    pub fn messages(
+        &self,
+        source: &SourceConfig,
+        placements: Option<Vec<Placement>>,
+        non_transactional: NonTransactionalArg,
+    ) -> Result<MessageConfig, ConfigError> {
+        let template = TopicTemplate::parse(&self.topic_template).map_err(|reason| {
+            ConfigError::TopicTemplate {
+                origin: "--topic-template".into(),
+                template: self.topic_template.clone(),
+                reason,
+            }
+        })?;
+        Ok(MessageConfig {
+            prefixes: source.message_prefixes.clone(),
+            non_transactional: match non_transactional {
+                NonTransactionalArg::Ignore => NonTransactional::Ignore,
+                NonTransactionalArg::Relay => NonTransactional::Relay,
+            },
+            mapping: ColumnMapping {
+                placements,
+                ..self.mapping.clone()
+            },
+            template,
+        })
     }
 
     /// Each table's topic template as given, and where it was given; unvalidated
@@ -319,8 +380,10 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
 pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
+    let messages = routing.messages(&source, None, NonTransactionalArg::Ignore)?;
     Ok(TailConfig {
         tables: routing.specs(&source.tables)?,
+        messages,
         source,
         format: match args.format {
             TailFormatArg::Json => TailFormat::Json,
@@ -389,8 +452,11 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
     for spec in &mut tables {
         spec.mapping.placements.clone_from(&placements);
     }
+
+    let messages = routing.messages(&source, placements, args.message_non_transactional)?;
     let pipeline = PipelineConfig {
         tables,
+        messages,
         format,
         publication: source.publication.clone(),
         on_update: match args.on_update {
@@ -448,7 +514,8 @@ fn record_timestamp(args: &RecordArgs) -> RecordTimestamp {
 /// Validate `replay` arguments: the same tables, mapping, record format, poison
 /// policy and producer settings as `run`, and a selection.
 pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayConfig, ConfigError> {
-    if args.source.tables.iter().all(|t| t.trim().is_empty()) {
+    // Logical decoding messages live only in the WAL: nothing to read back.
+    if args.source.messages_only || args.source.tables.iter().all(|t| t.trim().is_empty()) {
         return Err(SelectionError::NoTable.into());
     }
     let selection = Selection::parse(&RawSelection {
@@ -480,6 +547,11 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         format,
         publication: source.publication.clone(),
         on_update: OnUpdate::Ignore,
+        // Replay reads table rows only; no logical decoding message reaches it.
+        messages: MessageConfig {
+            prefixes: Vec::new(),
+            ..MessageConfig::default()
+        },
         invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
         record_timestamp: record_timestamp(&args.records),
         // Unused by replay (it bounds its own window), valid values all the same.
@@ -517,6 +589,9 @@ pub fn heartbeat(interval: Duration, max_age: Duration) -> Result<HeartbeatConfi
 fn poll(args: &RunArgs) -> Result<Option<PollConfig>, ConfigError> {
     if args.source_kind.kind != SourceKind::Poll {
         return Ok(None);
+    }
+    if args.source.messages_only {
+        return Err(ConfigError::PollMessagesOnly);
     }
     if args.poll.batch_size == 0 {
         return Err(ConfigError::ZeroWindow("poll-batch-size"));
@@ -557,7 +632,7 @@ pub fn format(args: &FormatArgs) -> Result<(RecordFormat, Option<Vec<Placement>>
 /// database URL without its password, and every secret Kafka option
 /// ([`crate::kafka::config::is_secret`]).
 pub fn show_toml(cfg: &RunConfig) -> String {
-    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let q = toml_string;
     let list = |items: Vec<String>| {
         format!(
             "[{}]",
@@ -605,15 +680,17 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     line("kafka_option", list(options));
+    if cfg.source.messages_only {
+        line("messages_only", "true".to_owned());
+    } else {
+        let tables = cfg.pipeline.tables.iter().map(|t| t.table.to_string());
+        line("table", list(tables.collect()));
+    }
+    let messages = &cfg.pipeline.messages;
+    line("message_prefix", list(messages.prefixes.clone()));
     line(
-        "table",
-        list(
-            cfg.pipeline
-                .tables
-                .iter()
-                .map(|t| t.table.to_string())
-                .collect(),
-        ),
+        "message_non_transactional",
+        q(messages.non_transactional.name()),
     );
     line(
         "max_in_flight",
@@ -630,12 +707,9 @@ pub fn show_toml(cfg: &RunConfig) -> String {
     line("value_converter", q(f.value.name()));
     line("expand_json_payload", f.expand_json.to_string());
     line("logical_name", q(&f.logical_name));
-    if let Some(placements) = cfg
-        .pipeline
-        .tables
-        .first()
-        .and_then(|t| t.mapping.placements.as_ref())
-    {
+    let first = cfg.pipeline.tables.first().map(|t| &t.mapping);
+    let mapping = first.unwrap_or(&cfg.pipeline.messages.mapping);
+    if let Some(placements) = mapping.placements.as_ref() {
         let items = placements
             .iter()
             .map(ToString::to_string)
@@ -683,24 +757,40 @@ pub fn show_toml(cfg: &RunConfig) -> String {
             .as_ref()
             .map_or("off".to_owned(), |d| d.display().to_string())),
     );
+    if cfg.source.messages_only {
+        // No table: the global mapping (the message field names) at top level.
+        out.push_str(&mapping_toml(&messages.template, &messages.mapping));
+    }
     for spec in &cfg.pipeline.tables {
-        let m = &spec.mapping;
         out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
-        for (k, v) in [
-            ("topic_template", spec.template.as_str()),
-            ("route_by_field", m.route_by.clone()),
-            ("id_column", m.id.clone()),
-            ("key_column", m.key.clone()),
-            ("event_type_column", m.event_type.clone()),
-            ("payload_column", m.payload.clone()),
-            ("timestamp_column", m.timestamp.clone()),
-            ("aggregate_type_column", m.aggregate_type.clone()),
-        ] {
-            out.push_str(&format!("{k} = {}\n", q(&v)));
-        }
-        if let Some(field) = &m.trace_context {
-            out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
-        }
+        out.push_str(&mapping_toml(&spec.template, &spec.mapping));
+    }
+    out
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `key = "value"` lines of a topic template and a column mapping.
+fn mapping_toml(template: &TopicTemplate, m: &ColumnMapping) -> String {
+    let q = toml_string;
+    let mut out = String::new();
+    for (k, v) in [
+        ("topic_template", template.as_str()),
+        ("route_by_field", m.route_by.clone()),
+        ("id_column", m.id.clone()),
+        ("key_column", m.key.clone()),
+        ("event_type_column", m.event_type.clone()),
+        ("payload_column", m.payload.clone()),
+        ("timestamp_column", m.timestamp.clone()),
+        ("aggregate_type_column", m.aggregate_type.clone()),
+    ] {
+        out.push_str(&format!("{k} = {}\n", q(&v)));
+    }
+    if let Some(field) = &m.trace_context {
+        out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
     }
     out
 }
@@ -773,6 +863,8 @@ mod tests {
             database_password_file: None,
             publication: "p".into(),
             tables: vec!["outbox".into(), "public.outbox".into(), "s.t".into()],
+            message_prefixes: vec!["pgoutbox".into()],
+            messages_only: false,
         };
         let cfg = source(&args).unwrap();
         assert_eq!(cfg.tables.len(), 2);
@@ -781,6 +873,68 @@ mod tests {
             ..args
         };
         assert!(matches!(source(&bad), Err(ConfigError::Table(_))));
+    }
+
+    #[test]
+    fn messages_only_has_no_table_and_needs_a_prefix() {
+        let args = SourceArgs {
+            database_url: Some("postgres://u@h/db".into()),
+            database_url_file: None,
+            database_password_file: None,
+            publication: "p".into(),
+            tables: vec!["public.outbox".into()],
+            message_prefixes: vec!["a".into(), "".into(), "b".into(), "a".into()],
+            messages_only: true,
+        };
+        let cfg = source(&args).unwrap();
+        assert!(cfg.tables.is_empty() && cfg.messages_only);
+        assert_eq!(cfg.message_prefixes, ["a", "b"]);
+        let none = SourceArgs {
+            message_prefixes: vec!["".into()],
+            ..args.clone()
+        };
+        let err = source(&none).unwrap_err().to_string();
+        assert!(err.contains("fix: pass --message-prefix pgoutbox"), "{err}");
+        let heartbeat = SourceArgs {
+            message_prefixes: vec!["pgoutbox-heartbeat".into()],
+            ..args
+        };
+        assert!(matches!(
+            source(&heartbeat),
+            Err(ConfigError::ReservedPrefix(_))
+        ));
+    }
+
+    #[test]
+    fn messages_only_is_refused_by_poll_mode_and_replay() {
+        use clap::Parser;
+        let parse = |argv: &[&str]| crate::cli::Cli::try_parse_from(argv).unwrap().command;
+        let crate::cli::Command::Run(run) = parse(&[
+            "pgoutbox",
+            "run",
+            "--source",
+            "poll",
+            "--messages-only",
+            "--brokers",
+            "k:9092",
+        ]) else {
+            panic!()
+        };
+        assert!(matches!(poll(&run), Err(ConfigError::PollMessagesOnly)));
+        let crate::cli::Command::Replay(replay_args) = parse(&[
+            "pgoutbox",
+            "replay",
+            "--messages-only",
+            "--all",
+            "--dry-run",
+        ]) else {
+            panic!()
+        };
+        let err = replay(&replay_args, &TableOverrides::new()).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Replay(SelectionError::NoTable)),
+            "{err}"
+        );
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub const IN_FLIGHT_RECORDS: &str = "pgoutbox_in_flight_records";
 pub const IN_FLIGHT_BYTES: &str = "pgoutbox_in_flight_bytes";
 /// Replication sessions restarted after a transient error.
 pub const RECONNECTS: &str = "pgoutbox_reconnects_total";
+/// Non-transactional logical decoding messages with an outbox prefix, not relayed
+/// (`--message-non-transactional ignore`).
+pub const MESSAGES_IGNORED: &str = "pgoutbox_messages_ignored_total";
 /// Promotions followed: the server came back as a later timeline of the same
 /// cluster with the slot present (a synchronized failover slot).
 pub const PROMOTIONS_FOLLOWED: &str = "pgoutbox_promotions_followed_total";
@@ -115,6 +118,7 @@ pub struct Metrics {
     in_flight_records: AtomicU64,
     in_flight_bytes: AtomicU64,
     reconnects: AtomicU64,
+    messages_ignored: AtomicU64,
     promotions_followed: AtomicU64,
     kafka_client_errors: AtomicU64,
     replication_connected: AtomicBool,
@@ -194,6 +198,12 @@ impl Metrics {
     /// A session restarted.
     pub fn reconnected(&self) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A non-transactional message with an outbox prefix was not relayed; returns
+    /// the count so far.
+    pub fn message_ignored(&self) -> u64 {
+        self.messages_ignored.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// A session started on a promoted server (see [`PROMOTIONS_FOLLOWED`]).
@@ -385,6 +395,13 @@ impl Metrics {
             "counter",
             "Replication sessions restarted after a transient error.",
             self.reconnects.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            MESSAGES_IGNORED,
+            "counter",
+            "Non-transactional logical decoding messages with an outbox prefix that were not relayed (--message-non-transactional ignore).",
+            self.messages_ignored.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

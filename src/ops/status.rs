@@ -13,6 +13,39 @@
 use crate::pg::catalog::{self, CatalogError};
 use crate::pg::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
+use crate::pg::source::SourceConfig;
+
+/// What the relay reads, for `status`: the mode (tables, or `--messages-only`),
+/// the tables and the message prefixes.
+pub fn source_json(source: &SourceConfig) -> serde_json::Value {
+    let tables: Vec<String> = source.tables.iter().map(ToString::to_string).collect();
+    serde_json::json!({
+        "mode": if source.messages_only { "messages-only" } else { "tables" },
+        "publication": source.publication,
+        "tables": tables,
+        "message_prefixes": source.message_prefixes,
+    })
+}
+
+/// The human line for [`source_json`].
+pub fn source_line(source: &SourceConfig) -> String {
+    let prefixes = match source.message_prefixes.is_empty() {
+        true => "off".to_owned(),
+        false => format!("prefix {}", source.message_prefixes.join(", ")),
+    };
+    if source.messages_only {
+        return format!(
+            "source: messages only ({prefixes}; PostgreSQL 14+), no outbox table expected; publication {} (empty)\n",
+            source.publication
+        );
+    }
+    let tables: Vec<String> = source.tables.iter().map(ToString::to_string).collect();
+    format!(
+        "source: outbox table(s) {} through publication {}; logical decoding messages: {prefixes}\n",
+        tables.join(", "),
+        source.publication
+    )
+}
 
 /// The slot and the WAL position, read together.
 #[derive(Debug, Clone, PartialEq, Eq)]

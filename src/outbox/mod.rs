@@ -7,6 +7,8 @@
 //! - [`record`]: event → Kafka record (topic, key, value, headers, timestamp).
 //! - [`invalid`]: poison rows — causes, checks, the `--on-invalid` policy, dead
 //!   letters, and the error that stops the relay on one.
+//! - [`message`]: the content of a logical decoding message → a virtual outbox row
+//!   (the table-less outbox: `pg_logical_emit_message`).
 //! - [`json`]: the JSON syntax check for payloads in `text` columns.
 //! - [`trace`]: W3C trace context (`traceparent`, `tracestate`) from a column or
 //!   a JSON key, checked before it becomes headers.
@@ -17,6 +19,7 @@ pub mod connect;
 pub mod event;
 pub mod invalid;
 pub mod json;
+pub mod message;
 pub mod record;
 pub mod routing;
 pub mod tables;

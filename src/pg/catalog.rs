@@ -67,6 +67,10 @@ pub enum CatalogError {
         WAL_LEVEL_FIX
     )]
     WalLevel { observed: String },
+    /// `--messages-only` on a server whose pgoutput cannot send logical decoding
+    /// messages (the `messages` option is PostgreSQL 14+).
+    #[error("{MESSAGES_ONLY_NEEDS_14} (this server is {version})")]
+    MessagesNeed14 { version: String },
     /// An outbox table does not exist.
     #[error("outbox table {table} does not exist; fix: create it (see sql/outbox.sql) or pass the right --table")]
     MissingTable { table: TableName },
@@ -117,6 +121,32 @@ pub enum CatalogError {
 
 /// How to make a server logical-decoding capable (`check` gives the same fix).
 pub const WAL_LEVEL_FIX: &str = "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL";
+
+/// Why `--messages-only` cannot work before PostgreSQL 14, and the fix (`check` and
+/// `run` say the same).
+pub const MESSAGES_ONLY_NEEDS_14: &str = "--messages-only relays logical decoding messages, which pgoutput streams from PostgreSQL 14 on (its `messages` option); fix: upgrade the server to PostgreSQL 14 or later, or relay an outbox table instead (--table, see sql/outbox.sql)";
+
+/// First PostgreSQL version whose pgoutput streams logical decoding messages.
+pub const MESSAGES_MIN_VERSION_NUM: i32 = 140000;
+
+/// Refuse `--messages-only` on a server older than PostgreSQL 14, before anything
+/// is created.
+pub async fn require_messages(client: &Client) -> Result<(), CatalogError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version')",
+            &[],
+        )
+        .await
+        .map_err(query_err("reading server_version"))?;
+    if row.get::<_, i32>(0) >= MESSAGES_MIN_VERSION_NUM {
+        Ok(())
+    } else {
+        Err(CatalogError::MessagesNeed14 {
+            version: row.get(1),
+        })
+    }
+}
 
 /// Refuse a server whose `wal_level` is not `logical`, before anything is created:
 /// PostgreSQL would accept the publication and only refuse the slot.
@@ -247,10 +277,15 @@ fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -
 /// name, which is not a configured outbox table, and would be skipped.
 pub fn create_publication_sql(publication: &str, tables: &[TableName]) -> String {
     let list: Vec<String> = tables.iter().map(TableName::quoted).collect();
+    // No table (--messages-only): an empty publication, which the slot's pgoutput
+    // still needs; logical decoding messages do not depend on its tables.
+    let target = match list.is_empty() {
+        true => String::new(),
+        false => format!(" FOR TABLE {}", list.join(", ")),
+    };
     format!(
-        "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert', publish_via_partition_root = true)",
+        "CREATE PUBLICATION {}{target} WITH (publish = 'insert', publish_via_partition_root = true)",
         quote_ident(publication),
-        list.join(", ")
     )
 }
 

@@ -69,6 +69,7 @@ use latency::LatencyHistogram;
 
 pub use crate::outbox::invalid::PoisonRow;
 pub use error::PipelineError;
+pub use relay::message::{MessageConfig, NonTransactional};
 pub use session::Session;
 
 /// What to do with an UPDATE or DELETE on an outbox table (the default publication
@@ -87,8 +88,11 @@ pub enum OnUpdate {
 /// Settings of the relay loop.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
-    /// Outbox tables, each with its mapping and topic template.
+    /// Outbox tables, each with its mapping and topic template (none in
+    /// `--messages-only` mode).
     pub tables: Vec<TableSpec>,
+    /// Logical decoding messages that are outbox events (`--message-prefix`).
+    pub messages: MessageConfig,
     /// How key and value are serialised (converters, envelope, expansion).
     pub format: crate::outbox::connect::RecordFormat,
     /// The publication (named in the fix when it publishes another table).

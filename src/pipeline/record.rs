@@ -25,16 +25,15 @@ use crate::outbox::invalid::{
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::trace;
-use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
 
 use super::PipelineConfig;
 
 /// Where a row came from, for log lines (no allocation per row).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RowAt<'t> {
-    /// Its outbox table.
-    pub table: &'t TableName,
+    /// Its outbox table (for a logical decoding message: its prefix, as text).
+    pub table: &'t dyn std::fmt::Display,
     /// The WAL position of its change; [`Lsn::INVALID`] for a row read with SQL.
     pub lsn: Lsn,
 }

@@ -4,6 +4,7 @@
 //!  catalog conn: the publication, or a temporary one (publication.rs) ─┐
 //!  replication conn: temporary slot (or --slot) ─ START_REPLICATION ─▶ Decoder
 //!      ─▶ Begin (xid, commit LSN/time) ─▶ Insert on an outbox table ─▶ ColumnMapping
+//!                                       └ outbox message (message.rs) ─┘
 //!      ─▶ format (json │ pretty) ─▶ stdout, flushed at every commit
 //! ```
 //!
@@ -16,6 +17,7 @@
 //! create is dropped however tail ends, short of being killed (see `publication.rs`).
 
 pub mod format;
+mod message;
 mod publication;
 
 use std::io::Write;
@@ -44,6 +46,8 @@ pub struct TailConfig {
     /// One spec per outbox table (mapping and topic template, to show the topic
     /// `run` would use).
     pub tables: Vec<TableSpec>,
+    /// Logical decoding messages shown as events (`--message-prefix`).
+    pub messages: crate::pipeline::MessageConfig,
     /// Output format.
     pub format: TailFormat,
     /// Stop after this many events.
@@ -113,6 +117,9 @@ pub async fn run(
     let (publication, host) = {
         let (client, host) = sql_client::connect_on(&source.conninfo).await?;
         catalog::require_logical_wal(&client).await?;
+        if source.messages_only {
+            catalog::require_messages(&client).await?;
+        }
         if let Some(slot) = &cfg.slot {
             let info = catalog::slot_info(&client, slot)
                 .await?
@@ -198,6 +205,25 @@ async fn stream(
     result.map(|()| state.printed)
 }
 
+/// Print one event, unless `--limit` events were printed already.
+fn print(
+    cfg: &TailConfig,
+    printed: &mut u64,
+    line: &TailEvent<'_>,
+    out: &mut dyn Write,
+) -> Result<(), TailError> {
+    if cfg.limit.is_some_and(|l| *printed >= l) {
+        return Ok(());
+    }
+    match cfg.format {
+        TailFormat::Json => format::write_json(line, out),
+        TailFormat::Pretty => format::write_pretty(line, out),
+    }
+    .map_err(TailError::Output)?;
+    *printed += 1;
+    Ok(())
+}
+
 /// A name for tail's temporary slot or publication: unique per process and moment.
 fn temporary_name() -> String {
     let nanos = std::time::SystemTime::now()
@@ -257,9 +283,6 @@ impl TailState<'_> {
                             relid: insert.relation_id,
                         })?;
                 if let RelationRoute::Outbox(table, mapping, template) = route {
-                    if self.cfg.limit.is_some_and(|l| self.printed >= l) {
-                        return Ok(());
-                    }
                     let event = mapping.event(&insert.tuple);
                     let line = TailEvent {
                         lsn,
@@ -271,17 +294,13 @@ impl TailState<'_> {
                         event: &event,
                         template,
                     };
-                    match self.cfg.format {
-                        TailFormat::Json => format::write_json(&line, out),
-                        TailFormat::Pretty => format::write_pretty(&line, out),
-                    }
-                    .map_err(TailError::Output)?;
-                    self.printed += 1;
+                    print(self.cfg, &mut self.printed, &line, out)?;
                 }
             }
+            PgOutputMessage::Message(message) => self.on_message(&message, lsn, out)?,
             PgOutputMessage::Commit(_) => out.flush().map_err(TailError::Output)?,
-            // Updates/deletes are not published (publish = 'insert'); types, origins,
-            // logical messages and truncates carry no outbox events.
+            // Updates/deletes are not published (publish = 'insert'); types, origins
+            // and truncates carry no outbox events.
             _ => {}
         }
         Ok(())

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::{ImportError, Note, NoteKind, NOT_SET, PLACEHOLDER, REDACTED};
+use crate::outbox::message::json_kind as json_type;
 
 /// The connector's keys with their values as text, recording which were read.
 pub(super) struct Config {
@@ -176,17 +177,6 @@ pub(super) fn connector_object(
             found: json_type(other),
         }),
         None => Ok((None, top)),
-    }
-}
-
-pub(super) fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 

@@ -10,6 +10,7 @@
 //!              ├─ table, columns, select_privilege            per outbox table       (objects.rs)
 //!              ├─ publication, publication_operations, publication_tables,
 //!              │  publication_partition_root, publication_columns                    (objects.rs)
+//!              ├─ messages, publication_empty (--messages-only)                      (messages.rs)
 //!              ├─ slot, slot_wal_status                                              (objects.rs)
 //!              ├─ slot_failover, synchronized_standby_slots (17+)                    (failover.rs)
 //!              └─ max_slot_wal_keep_size                                             (server.rs)
@@ -36,6 +37,7 @@
 //!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
 
 mod failover;
+mod messages;
 mod objects;
 mod poll;
 mod server;
@@ -98,6 +100,10 @@ pub struct CheckInput {
     pub kafka_options: KafkaOptions,
     /// Each outbox table's topic template as given, and where it was set.
     pub templates: Vec<TemplateInput>,
+    /// Logical decoding message prefixes relayed as events (`--message-prefix`).
+    pub message_prefixes: Vec<String>,
+    /// `--messages-only`: no outbox table, an empty publication, PostgreSQL 14+.
+    pub messages_only: bool,
 }
 
 /// One table's topic template, unvalidated.
@@ -296,6 +302,7 @@ async fn postgres_checks(
     checks.extend(server::role_checks(client, &facts.role).await);
     let tables = objects::table_checks(client, input, &facts.role, checks).await;
     objects::publication_checks(client, input, &facts, &tables, checks).await;
+    checks.extend(messages::message_checks(client, input, &facts).await);
     let info = slot.as_ref().ok().and_then(Option::as_ref).cloned();
     let url = input.conninfo.redacted();
     objects::slot_checks(&input.slot, &facts.database, slot, checks);

@@ -142,10 +142,11 @@ async fn missing_publication(client: &Client, input: &CheckInput, facts: &Facts)
     let quoted: Vec<String> = input.tables.iter().map(TableName::quoted).collect();
     let may_create = client
         .query_one(
-            "SELECT coalesce(bool_and(c.oid IS NOT NULL), false) \
+            "SELECT coalesce(bool_and(c.oid IS NOT NULL), true) \
                  AND ((SELECT rolsuper FROM pg_roles WHERE rolname = session_user) \
                       OR (has_database_privilege(current_database(), 'CREATE') \
-                          AND coalesce(bool_and(pg_has_role(c.relowner, 'USAGE')), false))) \
+                          AND coalesce(bool_and(pg_has_role(c.relowner, 'USAGE')), \
+                                       cardinality($1::text[]) = 0))) \
              FROM unnest($1::text[]) AS t(q) LEFT JOIN pg_class c ON c.oid = to_regclass(t.q)",
             &[&quoted],
         )

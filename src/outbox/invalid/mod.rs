@@ -30,7 +30,10 @@
 //! - `invalid-json`: the payload column is not `json`/`jsonb` and its text is not
 //!   one JSON value (also catches invalid UTF-8);
 //! - `missing-column`: the outbox table no longer has a mapped column (renamed or
-//!   dropped) — the row cannot be mapped at all.
+//!   dropped) — the row cannot be mapped at all;
+//! - `bad-message`: a logical decoding message with an outbox prefix whose content
+//!   is not a UTF-8 JSON object with the mapped fields ([`crate::outbox::message`]);
+//!   its dead letter carries the content as sent.
 //!
 //! Invariants: the default for every cause is `fail`, so nothing is dropped unless
 //! the operator said so; a dead-letter record carries the row's bytes unchanged
@@ -64,17 +67,20 @@ pub enum Cause {
     InvalidJson,
     /// A mapped column is missing from the table.
     MissingColumn,
+    /// A logical decoding message that is not an outbox event object.
+    BadMessage,
 }
 
 impl Cause {
     /// Every cause, in the order of [`Cause::index`].
-    pub const ALL: [Cause; 6] = [
+    pub const ALL: [Cause; 7] = [
         Cause::NullKey,
         Cause::InvalidTopic,
         Cause::NullRoute,
         Cause::TooLarge,
         Cause::InvalidJson,
         Cause::MissingColumn,
+        Cause::BadMessage,
     ];
 
     /// The name used in `--on-invalid`, headers, logs and metrics.
@@ -86,6 +92,7 @@ impl Cause {
             Cause::TooLarge => "too-large",
             Cause::InvalidJson => "invalid-json",
             Cause::MissingColumn => "missing-column",
+            Cause::BadMessage => "bad-message",
         }
     }
 

@@ -52,6 +52,7 @@ pub fn fix_for(cause: Cause) -> &'static str {
         Cause::NullRoute => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its route-by column changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a value in its route-by column (see --route-by-field) as a new row; make the column NOT NULL CHECK (<column> <> '') so the application cannot write such rows",
         Cause::TooLarge => "raise the broker's message.max.bytes (and --kafka-option message.max.bytes) and restart; a smaller payload only helps a new row, the relay reads this one as it was inserted (from the WAL)",
         Cause::InvalidJson => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its payload changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a JSON payload as a new row (a jsonb column makes PostgreSQL refuse such rows)",
+        Cause::BadMessage => "the relay reads the message as it was emitted (from the WAL), so it cannot be corrected: move past it with the policy below, and if the event must still go out, emit it again as a JSON object with the mapped fields (sql/outbox_message.sql's outbox_emit_message builds one)",
         Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
     }
 }

@@ -6,6 +6,7 @@
 //! ```text
 //!  inputs                                                     outputs
 //!  on_wal(XLogData)  ─▶ Decoder ─▶ OutboxTables ─▶ record ──▶ Sink::send(record, tag)
+//!                       └─ Message ─▶ message.rs (content → virtual row) ─┘
 //!  on_wal(keepalive) ─┐              poison row ─▶ poison() ─▶ (fail | skip | dead letter)
 //!  on_delivery(tag)  ─┴▶ AckTracker (per transaction) ──────▶ to_report(): LSN to persist
 //!  retry_pending()   ─▶ the record that met a full queue        then confirm
@@ -22,7 +23,9 @@
 //! no transaction is open and nothing is in flight; a poison row enters through one function ([`Relay`]'s
 //! `poison`), and its dead letter joins the row's transaction; a report of another
 //! session's generation changes nothing; a row (insert, update or delete) of a
-//! published table that is not an outbox table is an error, never passed. No
+//! published table that is not an outbox table is an error, never passed; a
+//! logical decoding message with an outbox prefix takes the row's record path and
+//! counts in its transaction (`message.rs`). No
 //! allocation per event beyond the record itself (records go straight to the sink)
 //! and what names a transaction's first record for a stall report.
 
@@ -81,6 +84,8 @@ pub struct Relay<'a> {
     /// The last LSN the caller persisted and confirmed.
     reported: Lsn,
     stats: SessionStats,
+    /// Logical decoding messages: the mapping of the last field set, counters.
+    messages: message::Messages,
 }
 
 impl<'a> Relay<'a> {
@@ -100,6 +105,7 @@ impl<'a> Relay<'a> {
             draining: false,
             reported: Lsn::INVALID,
             stats: SessionStats::default(),
+            messages: message::Messages::default(),
         }
     }
 
@@ -300,7 +306,8 @@ impl<'a> Relay<'a> {
             PgOutputMessage::Message(m) if m.prefix == crate::heartbeat::PREFIX => {
                 self.on_heartbeat(&m)
             }
-            // Origin, Type, Truncate, logical decoding messages: nothing to relay.
+            PgOutputMessage::Message(message) => self.on_logical_message(sink, &message)?,
+            // Origin, Type, Truncate: nothing to relay.
             _ => {}
         }
         Ok(())
@@ -499,5 +506,6 @@ fn unix_ms(pg_micros: i64) -> i64 {
 }
 
 mod heartbeat;
+pub mod message;
 #[cfg(test)]
 mod tests;

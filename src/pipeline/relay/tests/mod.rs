@@ -3,10 +3,12 @@
 //! `mod.rs`: the harness and the flow (order, caps, low-water mark, keepalive,
 //! full queue, generations, drain, unexpected messages); `poison.rs`: poison rows;
 //! `edges.rs`: rows Debezium delivers differently (NULL route, keyless rows by
-//! policy), record timestamps and trace context; `heartbeat.rs`: heartbeats.
+//! policy), record timestamps and trace context; `heartbeat.rs`: heartbeats;
+//! `messages.rs`: logical decoding messages.
 
 mod edges;
 mod heartbeat;
+mod messages;
 mod poison;
 
 use std::collections::VecDeque;
@@ -62,6 +64,7 @@ fn config() -> PipelineConfig {
             mapping: ColumnMapping::default(),
             template: TopicTemplate::default(),
         }],
+        messages: crate::pipeline::MessageConfig::default(),
         format: crate::outbox::connect::RecordFormat::default(),
         publication: "pgoutbox".into(),
         on_update: OnUpdate::Ignore,
