@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The PostgreSQL compatibility matrix: the integration tests that depend on the
 # server (streaming, delivery, crash and restart, keepalive, auth, check, slot
-# safety, failover) against every supported major version other than the system
+# safety, failover, logical decoding messages, heartbeat, poll mode, cleanup,
+# replay) against every supported major version other than the system
 # one, which runs the whole suite (scripts/test.sh).
 #
 #   scripts/test-matrix.sh             # 13 14 15 16 17 18 minus the system major
@@ -17,7 +18,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
 
 # Module filters of tests/main.rs that make up the compatibility subset.
-SUBSET=(tail:: run:: faults:: keepalive:: auth:: ops::check slot_safety:: restart:: failover::)
+SUBSET=(tail:: run:: faults:: keepalive:: auth:: ops::check slot_safety:: restart:: failover::
+        messages:: heartbeat:: poll:: cleanup:: replay::)
 
 system_major=$(pg_config --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 if [ "$#" -gt 0 ]; then
