@@ -24,12 +24,12 @@ use pgoutbox::pg::conninfo::ConnInfo;
 use pgoutbox::pg::sql_client;
 
 use crate::support::kafka::{Broker, Reader};
-use crate::support::standby::{pg_bindir, Pair};
+use crate::support::standby::Pair;
 use crate::support::verify::{verify, Ledger};
 use crate::support::workload::{
     http_get, read_all, run_args_via, start_relay, topics, Writer, WriterConfig,
 };
-use crate::support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, WAIT};
+use crate::support::{wait_for, PgCluster, Pgoutbox, WAIT};
 
 const TYPES: [&str; 2] = ["order", "customer"];
 
@@ -127,14 +127,7 @@ async fn target_session_attrs_choose_the_right_server() {
 /// on the replication connection in simple-query mode as on the SQL connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn target_session_attrs_ask_servers_before_14() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        PgCluster::start(ClusterOptions {
-            bindir: Some(pg_bindir(13)),
-            ..ClusterOptions::default()
-        })
-    })
-    .await
-    .unwrap();
+    let cluster = PgCluster::of_major(13).await;
     let p = cluster.port;
     let conn = |attrs: &str| {
         format!(

@@ -18,7 +18,7 @@ use support::workload::{
     current_lsn, http_get, run_args, slot_lsn, start_relay, start_run, topics, write_events,
     Workload,
 };
-use support::{pg_bindir, wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
+use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// `--heartbeat-max-age` of every test.
 const MAX_AGE: Duration = Duration::from_secs(2);
@@ -275,14 +275,7 @@ async fn heartbeats_advance_the_slot_of_a_quiet_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_13_runs_without_heartbeat_and_says_why() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        PgCluster::start(ClusterOptions {
-            bindir: Some(pg_bindir(13)),
-            ..ClusterOptions::default()
-        })
-    })
-    .await
-    .unwrap();
+    let cluster = PgCluster::of_major(13).await;
     let db = cluster.fresh_db();
     assert!(db.server_version_num() < 140_000);
     off_before_14(&db);

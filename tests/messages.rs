@@ -14,10 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use support::kafka::{Broker, Reader};
-use support::standby::pg_bindir;
 use support::verify::{verify, Ledger};
 use support::workload::{http_get, spawn_run, start_run, topics};
-use support::{ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
+use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 
 const MESSAGES_ONLY: &str = "--messages-only";
 
@@ -320,14 +319,7 @@ async fn kill_9_cycles_lose_no_message() {
 /// `setup` and `run` refuse before creating anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_13_refuses_messages_only_with_the_fix() {
-    let cluster = tokio::task::spawn_blocking(|| {
-        PgCluster::start(ClusterOptions {
-            bindir: Some(pg_bindir(13)),
-            ..ClusterOptions::default()
-        })
-    })
-    .await
-    .unwrap();
+    let cluster = PgCluster::of_major(13).await;
     let db = cluster.fresh_db();
     let url = db.url();
     let base = ["--database-url", url.as_str(), "--slot", db.name.as_str()];

@@ -173,6 +173,19 @@ pub struct PgCluster {
 }
 
 impl PgCluster {
+    /// A private cluster of PostgreSQL `major` (a test of version-specific behaviour),
+    /// started off the async runtime's worker threads.
+    pub async fn of_major(major: u32) -> PgCluster {
+        tokio::task::spawn_blocking(move || {
+            PgCluster::start(ClusterOptions {
+                bindir: Some(pg_bindir(major)),
+                ..ClusterOptions::default()
+            })
+        })
+        .await
+        .unwrap()
+    }
+
     /// The cluster shared by all tests of this binary (started on first use).
     pub fn shared() -> &'static PgCluster {
         static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
