@@ -50,10 +50,21 @@ fn run_stops_at_the_first_row_of_a_published_table_it_does_not_map() {
     ] {
         assert!(log.contains(needle), "no {needle:?} in:\n{log}");
     }
+    // Nothing of the orders transaction is confirmed: the slot still holds its row
+    // and the event after it. (The confirmed position itself may pass `before`: a
+    // keepalive or heartbeat read while that transaction was still open is safe to
+    // confirm, because PostgreSQL decodes every transaction committing after the
+    // confirmed position.)
+    let held = db.psql(&format!(
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('{}', NULL, NULL, \
+         'proto_version', '1', 'publication_names', 'pgoutbox') WHERE get_byte(data, 0) = 73",
+        db.name
+    ));
     let confirmed = slot_lsn(&db, "confirmed_flush_lsn");
     assert!(
-        confirmed <= before,
-        "slot confirmed {confirmed}, past {before} where the orders row was not yet written"
+        held.trim().parse::<u32>().unwrap() >= 2,
+        "the slot (confirmed {confirmed}; {before} before the orders row) no longer holds \
+         the orders row and the event after it: {held} inserts left"
     );
     assert!(log.contains("--on-invalid missing-column=skip"), "{log}");
     // The message's way past the rows already published: explicitly, logged and
