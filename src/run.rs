@@ -173,6 +173,8 @@ async fn relay(
     if let Some(poll) = &cfg.poll {
         return relay_by_polling(cfg, poll, &mut sink, shutdown, metrics).await;
     }
+    // A steady stream of small transactions goes out in rounds (see ROUND_AT).
+    sink.hold_rounds(true);
     beat.spawn(tasks, helpers.clone());
     let mut guard = open_guard(cfg)?;
     let create = guard.may_create()?;

@@ -32,6 +32,7 @@ mod poison;
 mod poll;
 mod replay;
 mod restart;
+mod rounds;
 mod run;
 mod security;
 mod slot_safety;

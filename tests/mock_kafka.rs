@@ -34,14 +34,14 @@ use support::kafka::{Consumed, Reader};
 use support::verify::{verify, Ledger};
 use support::{PgCluster, Pgoutbox, WAIT};
 
-const TOPIC: &str = "mock.events";
+pub(crate) const TOPIC: &str = "mock.events";
 const PARTITIONS: i32 = 3;
-const BROKERS: i32 = 3;
+pub(crate) const BROKERS: i32 = 3;
 
-type Mock = MockCluster<'static, DefaultProducerContext>;
+pub(crate) type Mock = MockCluster<'static, DefaultProducerContext>;
 
 /// A mock cluster of three brokers with [`TOPIC`] (three partitions, three replicas).
-fn mock() -> Mock {
+pub(crate) fn mock() -> Mock {
     let mock = MockCluster::new(BROKERS).expect("mock cluster");
     mock.create_topic(TOPIC, PARTITIONS, BROKERS)
         .expect("create topic");
@@ -49,7 +49,7 @@ fn mock() -> Mock {
 }
 
 /// The relay's sink against `mock`, with the relay's settings plus `options`.
-fn sink(mock: &Mock, options: &[(&str, &str)]) -> KafkaSink {
+pub(crate) fn sink(mock: &Mock, options: &[(&str, &str)]) -> KafkaSink {
     let raw: Vec<String> = options.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let options = KafkaOptions::parse(&raw).expect("options");
     let config = producer_config(&mock.bootstrap_servers(), &options).expect("config");
@@ -57,7 +57,7 @@ fn sink(mock: &Mock, options: &[(&str, &str)]) -> KafkaSink {
 }
 
 /// Record `n` of the test: key `key-(n % 10)`, header `id` = `event-n`.
-fn record(n: usize) -> KafkaRecord {
+pub(crate) fn record(n: usize) -> KafkaRecord {
     KafkaRecord {
         topic: TOPIC.to_owned(),
         key: Some(Bytes::from(format!("key-{}", n % 10))),
@@ -70,7 +70,7 @@ fn record(n: usize) -> KafkaRecord {
     }
 }
 
-fn ledger(ns: impl IntoIterator<Item = usize>) -> Ledger {
+pub(crate) fn ledger(ns: impl IntoIterator<Item = usize>) -> Ledger {
     let mut ledger = Ledger::default();
     for n in ns {
         ledger.push(format!("event-{n}"), format!("key-{}", n % 10));
@@ -135,7 +135,7 @@ async fn send_all(sink: &mut KafkaSink, ns: impl IntoIterator<Item = usize>) -> 
     out
 }
 
-async fn next(sink: &mut KafkaSink) -> Delivery {
+pub(crate) async fn next(sink: &mut KafkaSink) -> Delivery {
     tokio::time::timeout(WAIT, sink.next_delivery())
         .await
         .expect("a delivery report within the timeout")
@@ -176,7 +176,7 @@ fn client_errors_of_an_idle_producer_are_served_by_the_prober() {
 }
 
 /// Read `TOPIC` back until `n` records arrived.
-fn read_back(mock: &Mock, n: usize) -> Vec<Consumed> {
+pub(crate) fn read_back(mock: &Mock, n: usize) -> Vec<Consumed> {
     let mut reader = Reader::new(&mock.bootstrap_servers(), &[TOPIC.to_owned()]);
     reader.read_until(&format!("{n} records"), WAIT, |r| r.len() >= n);
     reader.settle(Duration::from_millis(500));

@@ -271,9 +271,9 @@ impl<'a> Session<'a> {
     /// After a completed drain nothing of this session is left in librdkafka, but a
     /// failed earlier session's records may be: give them what is left of the drain
     /// time, so nothing sits in the queue when the process exits.
-    fn flush(&self, deadline: Instant) {
+    fn flush(&mut self, deadline: Instant) {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let flush = || self.sink.flush(remaining);
+        let mut flush = || self.sink.flush(remaining);
         // librdkafka's flush blocks; on a multi-threaded runtime, tell it so.
         let flushed = match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(flush),

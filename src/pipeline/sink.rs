@@ -2,8 +2,10 @@
 //! [`KafkaSink`] in a session and against a `Vec` in unit tests.
 //!
 //! Invariant: a sink answers every record like [`KafkaSink::send`] does — taken
-//! (one delivery report with `tag` follows), [`SendError::QueueFull`] (retry the same
-//! record later), or [`SendError::Refused`] (never taken, no report follows).
+//! (one delivery report with `tag` follows; for a record the sink held back for the
+//! next round, that report may be librdkafka's refusal), [`SendError::QueueFull`]
+//! (retry the same record later), or [`SendError::Refused`] (never taken, no report
+//! follows).
 
 use crate::kafka::producer::{KafkaSink, SendError};
 use crate::outbox::record::KafkaRecord;

@@ -1,0 +1,148 @@
+//! The producer's rounds ([`KafkaSink::hold_rounds`], on in `pgoutbox run`): while
+//! librdkafka holds [`ROUND_AT`] records, further ones wait in the sink and go
+//! together once those are reported, in order; a record of [`HOLD_BELOW`] bytes or
+//! more is never held; a held record's refusal comes back as its delivery; a renewed
+//! producer abandons what was held. Slow acks come from librdkafka's mock cluster
+//! (fault injection); "no broker" is a port nothing listens on, so nothing is ever
+//! acked and the counts are exact.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use pgoutbox::kafka::config::{producer_config, KafkaOptions};
+use pgoutbox::kafka::producer::{KafkaSink, SendError, HOLD_BELOW, ROUND_AT};
+use pgoutbox::metrics::Metrics;
+use support::verify::verify;
+
+use crate::mock_kafka::{ledger, mock, next, read_back, record, sink, BROKERS};
+use crate::support;
+
+/// A sink with rounds on whose records are never acked (nothing listens on port 1).
+fn unacked_sink(options: &[&str]) -> KafkaSink {
+    let options = KafkaOptions::parse(options).expect("options");
+    let config = producer_config("127.0.0.1:1", &options).expect("config");
+    let mut sink = KafkaSink::new(&config, Arc::new(Metrics::default())).expect("producer");
+    sink.hold_rounds(true);
+    sink
+}
+
+/// Records `0..n` sent; each must be taken.
+fn send(sink: &mut KafkaSink, ns: std::ops::Range<usize>) {
+    for n in ns {
+        sink.send(&record(n), n)
+            .unwrap_or_else(|e| panic!("record {n}: {e}"));
+    }
+}
+
+/// Record `n` with a value of `len` bytes.
+fn sized(n: usize, len: usize) -> pgoutbox::outbox::record::KafkaRecord {
+    let mut r = record(n);
+    r.value = Some(Bytes::from(vec![b'x'; len]));
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
+    let mock = mock();
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::from_millis(200))
+            .unwrap();
+    }
+    let mut sink = sink(&mock, &[]);
+    sink.hold_rounds(true);
+    let total = 300;
+    send(&mut sink, 0..ROUND_AT);
+    assert_eq!(sink.held(), 0, "the first round goes at once");
+    send(&mut sink, ROUND_AT..total);
+    assert_eq!(
+        sink.held(),
+        total - ROUND_AT,
+        "everything after the first round waits for its acks"
+    );
+    assert!(
+        sink.in_flight() >= total as i32,
+        "held records count in flight"
+    );
+    let mut acked = 0;
+    let mut rounds_seen = 0;
+    let mut last_held = sink.held();
+    while acked < total {
+        let d = next(&mut sink).await;
+        assert!(d.result.is_ok(), "record {}: {:?}", d.tag, d.result);
+        acked += 1;
+        if sink.held() < last_held {
+            rounds_seen += 1;
+            last_held = sink.held();
+        }
+    }
+    assert_eq!(sink.held(), 0);
+    assert_eq!(rounds_seen, 1, "the 295 held records went in one round");
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::ZERO).unwrap();
+    }
+    let verdict = verify(&ledger(0..total), &read_back(&mock, total));
+    verdict.assert_no_loss();
+    assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
+    assert_eq!(verdict.reordered, 0, "{verdict:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_record_refused_for_its_size_comes_back_as_its_delivery() {
+    // Below HOLD_BELOW, above this message.max.bytes: held, then refused when
+    // handed over (a flush hands everything over, round or not).
+    let mut sink = unacked_sink(&["message.max.bytes=10000"]);
+    send(&mut sink, 0..ROUND_AT);
+    let big = sized(ROUND_AT, 20_000);
+    assert!(big.size() < HOLD_BELOW);
+    sink.send(&big, 99).expect("held, not refused yet");
+    assert_eq!(sink.held(), 1);
+    assert!(!sink.flush(Duration::from_millis(200)), "nothing is acked");
+    assert_eq!(sink.held(), 0);
+    let d = sink
+        .try_next_delivery()
+        .expect("the refusal, as a delivery");
+    assert_eq!(d.tag, 99);
+    assert_eq!(d.size, big.size());
+    let err = d.result.expect_err("refused");
+    assert!(err.is_too_large(), "{err}");
+    assert_eq!(err.event_id, "event-5");
+    let refused = err.refused.expect("what a dead letter needs");
+    assert_eq!(refused.key, big.key);
+    assert_eq!(refused.event_type.as_deref(), Some(&b"Happened"[..]));
+    assert_eq!(sink.held(), 0, "the refused record is reported, not held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_record_is_never_held_and_its_size_refusal_is_immediate() {
+    let mut sink = unacked_sink(&[]);
+    send(&mut sink, 0..ROUND_AT + 3);
+    assert_eq!(sink.held(), 3);
+    // Over the default message.max.bytes (1,048,588) and over HOLD_BELOW.
+    let huge = sized(100, 2 << 20);
+    match sink.send(&huge, 100) {
+        Err(SendError::Refused(err)) => assert!(err.is_too_large(), "{err}"),
+        other => panic!("expected an immediate size refusal, got {other:?}"),
+    }
+    assert_eq!(sink.held(), 0, "the held records went first, in order");
+    // A large record librdkafka takes is not held either.
+    sink.send(&sized(101, HOLD_BELOW), 101).expect("taken");
+    assert_eq!(sink.held(), 0);
+    sink.send(&record(102), 102).expect("taken");
+    assert_eq!(sink.held(), 1, "a small record after it waits again");
+}
+
+#[test]
+fn a_renewed_producer_abandons_held_records_and_rounds_off_hold_nothing() {
+    let mut sink = unacked_sink(&[]);
+    send(&mut sink, 0..ROUND_AT + 7);
+    assert_eq!(sink.held(), 7);
+    sink.renew().expect("renew");
+    assert_eq!(sink.held(), 0);
+    send(&mut sink, 0..ROUND_AT);
+    assert_eq!(sink.held(), 0, "the new producer starts a round of its own");
+
+    sink.hold_rounds(false);
+    send(&mut sink, 0..20);
+    assert_eq!(sink.held(), 0);
+}
