@@ -399,7 +399,8 @@ pub const HOLD_BELOW: usize = 64 * 1024;
 /// before handing more over.
 const FLUSH_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// A record taken while a round was in flight: what [`BaseRecord`] borrows, owned.
+/// A record taken while a round was in flight: what [`BaseRecord`] borrows, owned
+/// (the payload buffers are shared, not copied).
 struct HeldRecord {
     topic: String,
     key: Option<bytes::Bytes>,
@@ -407,40 +408,74 @@ struct HeldRecord {
     headers: OwnedHeaders,
     timestamp_ms: i64,
     tag: usize,
-    /// For a refusal's message.
-    event_id: String,
+    /// Header `id`, for a refusal's message.
+    id: Option<bytes::Bytes>,
 }
 
 impl HeldRecord {
     fn new(record: &KafkaRecord, tag: usize) -> Self {
-        let count = 1 + record.placed.len() + record.headers.len();
-        let mut headers = OwnedHeaders::new_with_capacity(count);
-        headers = headers.insert(Header {
-            key: "id",
-            value: record.id.as_deref(),
-        });
-        for (key, value) in &record.placed {
-            headers = headers.insert(Header {
-                key,
-                value: value.as_deref(),
-            });
-        }
-        for (key, value) in &record.headers {
-            headers = headers.insert(Header {
-                key,
-                value: Some(&value[..]),
-            });
-        }
         Self {
             topic: record.topic.clone(),
             key: record.key.clone(),
             value: record.value.clone(),
-            headers,
+            headers: headers_of(record),
             timestamp_ms: record.timestamp_ms,
             tag,
-            event_id: record.id_text(),
+            id: record.id.clone(),
         }
     }
+
+    /// Bytes it counts in flight ([`KafkaRecord::size`]).
+    fn size(&self) -> usize {
+        let len = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
+        len(&self.key) + len(&self.value) + self.topic.len()
+    }
+}
+
+/// The headers of `record`: `id`, the placed columns, then the further headers.
+fn headers_of(record: &KafkaRecord) -> OwnedHeaders {
+    let count = 1 + record.placed.len() + record.headers.len();
+    let mut headers = OwnedHeaders::new_with_capacity(count);
+    headers = headers.insert(Header {
+        key: "id",
+        value: record.id.as_deref(),
+    });
+    for (key, value) in &record.placed {
+        headers = headers.insert(Header {
+            key,
+            value: value.as_deref(),
+        });
+    }
+    for (key, value) in &record.headers {
+        headers = headers.insert(Header {
+            key,
+            value: Some(&value[..]),
+        });
+    }
+    headers
+}
+
+/// A record as librdkafka takes it, tagged for its report.
+type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
+
+fn base_record<'a>(
+    topic: &'a str,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    headers: OwnedHeaders,
+    timestamp_ms: i64,
+    tag: usize,
+) -> Record<'a> {
+    let mut base = BaseRecord::with_opaque_to(topic, tag)
+        .headers(headers)
+        .timestamp(timestamp_ms);
+    if let Some(key) = key {
+        base = base.key(key);
+    }
+    if let Some(value) = value {
+        base = base.payload(value);
+    }
+    base
 }
 
 /// A new producer and both ends of its delivery-report channel.
@@ -561,10 +596,9 @@ impl KafkaSink {
     /// with the next round; a refusal of a held record then arrives as that
     /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
-        let held = HeldRecord::new(record, tag);
         if self.rounds && record.size() < HOLD_BELOW {
             if !self.held.is_empty() || self.round_in_flight() {
-                self.held.push_back(held);
+                self.held.push_back(HeldRecord::new(record, tag));
                 return Ok(());
             }
         } else {
@@ -575,12 +609,20 @@ impl KafkaSink {
                 return Err(SendError::QueueFull);
             }
         }
-        match self.produce(held).map_err(|e| e.0) {
+        let base = base_record(
+            &record.topic,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            headers_of(record),
+            record.timestamp_ms,
+            tag,
+        );
+        match self.produce(base) {
             Ok(()) => Ok(()),
-            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                 Err(SendError::QueueFull)
             }
-            Err(err) => Err(SendError::Refused(self.refusal(&err, record))),
+            Err((err, _)) => Err(SendError::Refused(self.refusal(&err, record))),
         }
     }
 
@@ -590,48 +632,18 @@ impl KafkaSink {
         self.polled.unreported.load(Ordering::Relaxed) >= ROUND_AT
     }
 
-    /// Hand `held` to librdkafka; on error the record comes back with the error.
-    fn produce(&self, held: HeldRecord) -> Result<(), Box<(KafkaError, HeldRecord)>> {
-        let HeldRecord {
-            topic,
-            key,
-            value,
-            headers,
-            timestamp_ms,
-            tag,
-            event_id,
-        } = held;
-        let mut base: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(&topic, tag)
-            .headers(headers)
-            .timestamp(timestamp_ms);
-        if let Some(key) = key.as_deref() {
-            base = base.key(key);
-        }
-        if let Some(value) = value.as_deref() {
-            base = base.payload(value);
-        }
+    /// Hand one record to librdkafka, counting it as unreported; a record it did
+    /// not take comes back with the error.
+    // The error is `BaseProducer::send`'s own, returned as is: boxing it would
+    // allocate on every full queue, the backpressure path.
+    #[allow(clippy::result_large_err)]
+    fn produce<'a>(&self, base: Record<'a>) -> Result<(), (KafkaError, Record<'a>)> {
         // Counted before librdkafka has it: its report may be served (by the
         // prober, on another thread) before `send` returns.
         self.polled.unreported.fetch_add(1, Ordering::Relaxed);
-        match self.polled.producer.send(base) {
-            Ok(()) => Ok(()),
-            Err((err, base)) => {
-                self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
-                let headers = base.headers.unwrap_or_default();
-                Err(Box::new((
-                    err,
-                    HeldRecord {
-                        topic,
-                        key,
-                        value,
-                        headers,
-                        timestamp_ms,
-                        tag,
-                        event_id,
-                    },
-                )))
-            }
-        }
+        self.polled.producer.send(base).inspect_err(|_| {
+            self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
+        })
     }
 
     /// The refusal of `record` by librdkafka, before it was taken.
@@ -655,28 +667,49 @@ impl KafkaSink {
             return;
         }
         while let Some(held) = self.held.pop_front() {
-            let Err(refused) = self.produce(held) else {
+            let HeldRecord {
+                topic,
+                key,
+                value,
+                headers,
+                timestamp_ms,
+                tag,
+                id,
+            } = held;
+            let base = base_record(
+                &topic,
+                key.as_deref(),
+                value.as_deref(),
+                headers,
+                timestamp_ms,
+                tag,
+            );
+            let Err((err, base)) = self.produce(base) else {
                 continue;
             };
-            match *refused {
-                (KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), held) => {
-                    self.held.push_front(held);
-                    return;
-                }
-                (err, held) => self.refuse_held(&err, held),
+            let held = HeldRecord {
+                headers: base.headers.unwrap_or_default(),
+                topic,
+                key,
+                value,
+                timestamp_ms,
+                tag,
+                id,
+            };
+            if let KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) = err {
+                self.held.push_front(held);
+                return;
             }
+            self.refuse_held(&err, &held);
         }
     }
 
     /// Report a held record librdkafka refused as its delivery, as a broker's
     /// refusal would be: counted as failed, a size refusal with what a dead letter
     /// needs.
-    fn refuse_held(&self, err: &KafkaError, held: HeldRecord) {
+    fn refuse_held(&self, err: &KafkaError, held: &HeldRecord) {
         let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
         self.metrics.failed(&held.topic);
-        let size = held.key.as_ref().map_or(0, |k| k.len())
-            + held.value.as_ref().map_or(0, |v| v.len())
-            + held.topic.len();
         let refused = is_too_large(code).then(|| {
             Box::new(RefusedRecord {
                 key: held.key.clone(),
@@ -691,15 +724,18 @@ impl KafkaSink {
         let error = DeliveryError {
             code,
             reason: self.scrubber.scrub(&err.to_string()),
-            topic: held.topic,
-            event_id: held.event_id,
+            topic: held.topic.clone(),
+            event_id: held.id.as_deref().map_or_else(
+                || "<null id>".to_owned(),
+                |b| String::from_utf8_lossy(b).into_owned(),
+            ),
             permanent: is_permanent(code),
             refused,
         };
         // The receiver lives in `self`: the send cannot fail.
         let _ = self.reports.send(Delivery {
             tag: held.tag,
-            size,
+            size: held.size(),
             result: Err(error),
         });
     }
