@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use pgoutbox::kafka::config::{producer_config, KafkaOptions};
-use pgoutbox::kafka::producer::{KafkaSink, SendError, HOLD_BELOW, ROUND_AT};
+use pgoutbox::kafka::producer::{KafkaSink, SendError, HELD_MAX, HOLD_BELOW, ROUND_AT};
 use pgoutbox::metrics::Metrics;
 use support::verify::verify;
 
@@ -52,6 +52,7 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
     let mut sink = sink(&mock, &[]);
     sink.hold_rounds(true);
     let total = 300;
+    assert!(total - ROUND_AT <= HELD_MAX);
     send(&mut sink, 0..ROUND_AT);
     assert_eq!(sink.held(), 0, "the first round goes at once");
     send(&mut sink, ROUND_AT..total);
@@ -145,4 +146,29 @@ fn a_renewed_producer_abandons_held_records_and_rounds_off_hold_nothing() {
     sink.hold_rounds(false);
     send(&mut sink, 0..20);
     assert_eq!(sink.held(), 0);
+}
+
+#[test]
+fn held_records_are_bounded_and_handed_over_in_batches() {
+    let mut sink = unacked_sink(&[]);
+    send(&mut sink, 0..ROUND_AT + HELD_MAX);
+    assert_eq!(sink.held(), HELD_MAX, "held up to the bound");
+    send(&mut sink, 0..1);
+    assert_eq!(
+        sink.held(),
+        1,
+        "the full batch went over, the next one starts"
+    );
+    // A full librdkafka queue: the bound holds, and the record is sent back.
+    let mut sink = unacked_sink(&["queue.buffering.max.messages=10"]);
+    send(&mut sink, 0..ROUND_AT + HELD_MAX);
+    match sink.send(&record(9999), 9999) {
+        Err(SendError::QueueFull) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    assert_eq!(
+        sink.held(),
+        HELD_MAX + ROUND_AT - 10,
+        "handed over what fit"
+    );
 }
