@@ -73,6 +73,8 @@ pub struct RunConfig {
     pub brokers: String,
     /// Extra librdkafka settings (secret values redacted in `Debug`).
     pub kafka_options: KafkaOptions,
+    /// `--kafka-rounds`: hold small records while a round is in flight.
+    pub kafka_rounds: bool,
     /// The relay loop's settings.
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.
@@ -174,7 +176,7 @@ async fn relay(
         return relay_by_polling(cfg, poll, &mut sink, shutdown, metrics).await;
     }
     // A steady stream of small transactions goes out in rounds (see ROUND_AT).
-    sink.hold_rounds(true);
+    sink.hold_rounds(cfg.kafka_rounds);
     beat.spawn(tasks, helpers.clone());
     let mut guard = open_guard(cfg)?;
     let create = guard.may_create()?;

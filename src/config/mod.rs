@@ -485,6 +485,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         slot_failover: args.slot_failover.slot_failover,
         brokers,
         kafka_options,
+        kafka_rounds: args.kafka_rounds,
         pipeline,
         max_backoff: Duration::from_secs(5),
         http_addr: match args.http_addr.trim() {
@@ -680,6 +681,7 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     line("kafka_option", list(options));
+    line("kafka_rounds", cfg.kafka_rounds.to_string());
     if cfg.source.messages_only {
         line("messages_only", "true".to_owned());
     } else {
