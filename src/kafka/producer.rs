@@ -60,7 +60,8 @@ use crate::kafka::outage::{self, OutageLog, SUMMARY_EVERY};
 use crate::kafka::wakeup::QueueWakeup;
 use crate::metrics::Metrics;
 
-use crate::outbox::record::KafkaRecord;
+use crate::outbox::event::EVENT_TYPE_HEADER;
+use crate::outbox::record::{id_text_of, size_of, KafkaRecord};
 
 /// The outcome of one record.
 #[derive(Debug)]
@@ -150,6 +151,45 @@ pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
             | E::Fatal
             | E::InvalidArgument
     )
+}
+
+/// A record's key and `event_type` header value: what a dead letter of a size
+/// refusal keeps.
+type Refusable<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// The [`DeliveryError`] for `err` on a record of `topic`: the one place its code,
+/// scrubbed reason and permanence are derived. `refusable` is the record's key and
+/// `event_type` header, kept (copied) for a dead letter when `err` is a size
+/// refusal; `None` when the caller still holds the whole record.
+fn delivery_error(
+    scrubber: &Scrubber,
+    err: &KafkaError,
+    topic: String,
+    event_id: String,
+    refusable: Option<Refusable<'_>>,
+) -> DeliveryError {
+    let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+    let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
+    DeliveryError {
+        code,
+        reason: scrubber.scrub(&err.to_string()),
+        topic,
+        event_id,
+        permanent: is_permanent(code),
+        refused: refusable
+            .filter(|_| is_too_large(code))
+            .map(|(key, event_type)| {
+                Box::new(RefusedRecord {
+                    key: copy(key),
+                    event_type: copy(event_type),
+                })
+            }),
+    }
+}
+
+/// The value of the first header called `name` (`None` also for a null value).
+fn header_value<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a [u8]> {
+    headers.iter().find(|h| h.key == name).and_then(|h| h.value)
 }
 
 /// Why `send` did not take a record.
@@ -291,10 +331,7 @@ impl ProducerContext for Context {
         if outcome.is_ok() {
             self.outage.reachable();
         }
-        // Same formula as KafkaRecord::size, over the same raw bytes.
-        let size = message.key().map_or(0, <[u8]>::len)
-            + message.payload().map_or(0, <[u8]>::len)
-            + message.topic().len();
+        let size = size_of(message.topic(), message.key(), message.payload());
         match &outcome {
             Ok(()) => {
                 self.metrics.published(message.topic());
@@ -302,29 +339,15 @@ impl ProducerContext for Context {
             }
             Err(_) => self.metrics.failed(message.topic()),
         }
-        let header = |name: &str| {
-            message
-                .headers()
-                .and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value))
-        };
+        let header = |name: &str| message.headers().and_then(|h| header_value(h, name));
         let result = outcome.map_err(|err| {
-            let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-            let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
-            DeliveryError {
-                code,
-                reason: self.scrubber.scrub(&err.to_string()),
-                topic: message.topic().to_owned(),
-                event_id: header("id")
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_else(|| "<null id>".into()),
-                permanent: is_permanent(code),
-                refused: is_too_large(code).then(|| {
-                    Box::new(RefusedRecord {
-                        key: copy(message.key()),
-                        event_type: copy(header("event_type")),
-                    })
-                }),
-            }
+            delivery_error(
+                &self.scrubber,
+                &err,
+                message.topic().to_owned(),
+                id_text_of(header("id")),
+                Some((message.key(), header(EVENT_TYPE_HEADER))),
+            )
         });
         // The receiver is gone only when the relay is shutting down.
         let _ = self.deliveries.send(Delivery { tag, size, result });
@@ -438,8 +461,7 @@ impl HeldRecord {
 
     /// Bytes it counts in flight ([`KafkaRecord::size`]).
     fn size(&self) -> usize {
-        let len = |b: &Option<bytes::Bytes>| b.as_ref().map_or(0, |b| b.len());
-        len(&self.key) + len(&self.value) + self.topic.len()
+        size_of(&self.topic, self.key.as_deref(), self.value.as_deref())
     }
 }
 
@@ -671,15 +693,13 @@ impl KafkaSink {
 
     /// The refusal of `record` by librdkafka, before it was taken.
     fn refusal(&self, err: &KafkaError, record: &KafkaRecord) -> DeliveryError {
-        let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-        DeliveryError {
-            code,
-            reason: self.scrubber.scrub(&err.to_string()),
-            topic: record.topic.clone(),
-            event_id: record.id_text(),
-            permanent: is_permanent(code),
-            refused: None,
-        }
+        delivery_error(
+            &self.scrubber,
+            err,
+            record.topic.clone(),
+            record.id_text(),
+            None,
+        )
     }
 
     /// Hand the held records over, in order, when no round is in flight (`force`:
@@ -733,30 +753,17 @@ impl KafkaSink {
     /// refusal would be: counted as failed, a size refusal with what a dead letter
     /// needs.
     fn refuse_held(&self, err: &KafkaError, held: &HeldRecord) {
-        let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
         self.metrics.failed(&held.topic);
-        let refused = is_too_large(code).then(|| {
-            Box::new(RefusedRecord {
-                key: held.key.clone(),
-                event_type: held
-                    .headers
-                    .iter()
-                    .find(|h| h.key == crate::outbox::event::EVENT_TYPE_HEADER)
-                    .and_then(|h| h.value)
-                    .map(bytes::Bytes::copy_from_slice),
-            })
-        });
-        let error = DeliveryError {
-            code,
-            reason: self.scrubber.scrub(&err.to_string()),
-            topic: held.topic.clone(),
-            event_id: held.id.as_deref().map_or_else(
-                || "<null id>".to_owned(),
-                |b| String::from_utf8_lossy(b).into_owned(),
-            ),
-            permanent: is_permanent(code),
-            refused,
-        };
+        let error = delivery_error(
+            &self.scrubber,
+            err,
+            held.topic.clone(),
+            id_text_of(held.id.as_deref()),
+            Some((
+                held.key.as_deref(),
+                header_value(&held.headers, EVENT_TYPE_HEADER),
+            )),
+        );
         // The receiver lives in `self`: the send cannot fail.
         let _ = self.reports.send(Delivery {
             tag: held.tag,

@@ -120,17 +120,28 @@ impl KafkaRecord {
     /// out so the delivery callback can compute the same figure from the message
     /// without looking headers up by name (once per record, on the hot path).
     pub fn size(&self) -> usize {
-        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
-        len(&self.key) + len(&self.value) + self.topic.len()
+        size_of(&self.topic, self.key.as_deref(), self.value.as_deref())
     }
 
     /// The event id as text, for error messages.
     pub fn id_text(&self) -> String {
-        self.id
-            .as_deref()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_else(|| "<null id>".to_owned())
+        id_text_of(self.id.as_deref())
     }
+}
+
+/// [`KafkaRecord::size`] of a record's parts: the one formula for what a record
+/// counts in flight, wherever the parts come from (a delivery report, a record the
+/// producer holds).
+pub fn size_of(topic: &str, key: Option<&[u8]>, value: Option<&[u8]>) -> usize {
+    key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + topic.len()
+}
+
+/// [`KafkaRecord::id_text`] of an `id` header value.
+pub fn id_text_of(id: Option<&[u8]>) -> String {
+    id.map_or_else(
+        || "<null id>".to_owned(),
+        |b| String::from_utf8_lossy(b).into_owned(),
+    )
 }
 
 #[cfg(test)]
