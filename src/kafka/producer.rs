@@ -419,10 +419,10 @@ pub const ROUND_AT: usize = 5;
 pub const HOLD_BELOW: usize = 64 * 1024;
 
 /// Held records beyond which they are handed over even while a round is in
-/// flight: a backlog fills rounds faster than they are acked, and held records
-/// keep the replication stream's read buffers they point into alive (a backlog
-/// drain held up to the relay's whole in-flight cap and peaked at 73–101 MB RSS,
-/// against 40–70 MB handing everything over). Live rounds stay far below either.
+/// flight: a backlog fills rounds faster than they are acked, and without a bound
+/// the sink would hold up to the relay's whole in-flight cap (50,000 records), each
+/// keeping alive the replication stream's read buffer its key and value point
+/// into. Live rounds stay far below it (tens to hundreds of records).
 pub const HELD_MAX: usize = 1000;
 
 /// The same bound in bytes ([`KafkaRecord::size`]): librdkafka's default
@@ -633,26 +633,22 @@ impl KafkaSink {
     /// with the next round; a refusal of a held record then arrives as that
     /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
-        if self.rounds && record.size() < HOLD_BELOW {
-            if !self.held.is_empty() || self.round_in_flight() {
-                if self.held.len() >= HELD_MAX || self.held_bytes >= HELD_MAX_BYTES {
-                    self.hand_over(true);
-                    if !self.held.is_empty() {
-                        // librdkafka's queue is full: this record waits its turn.
-                        return Err(SendError::QueueFull);
-                    }
-                }
-                self.held.push_back(HeldRecord::new(record, tag));
-                self.held_bytes += record.size();
-                return Ok(());
-            }
-        } else {
+        let hold = self.rounds
+            && record.size() < HOLD_BELOW
+            && (!self.held.is_empty() || self.round_in_flight());
+        let room = self.held.len() < HELD_MAX && self.held_bytes < HELD_MAX_BYTES;
+        if !(hold && room) {
             // Whatever was held goes before this record (per-key order).
             self.hand_over(true);
             if !self.held.is_empty() {
                 // librdkafka's queue is full: this record waits its turn.
                 return Err(SendError::QueueFull);
             }
+        }
+        if hold {
+            self.held.push_back(HeldRecord::new(record, tag));
+            self.held_bytes += record.size();
+            return Ok(());
         }
         let base = base_record(
             &record.topic,
