@@ -30,6 +30,7 @@ mod ops;
 mod packaging;
 mod poison;
 mod poll;
+mod reader;
 mod replay;
 mod restart;
 mod rounds;

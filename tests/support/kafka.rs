@@ -183,12 +183,27 @@ impl Consumed {
     }
 }
 
+/// A [`Reader`] rebuilds its consumer after this long without a new record, then
+/// after twice as long each time, up to [`REBUILD_MAX`].
+const REBUILD_FIRST: Duration = Duration::from_secs(1);
+const REBUILD_MAX: Duration = Duration::from_secs(8);
+
 /// Reads all partitions of some topics from the beginning.
 ///
 /// tansu quirk (0.6.0): a consumer assigned to a partition while it is still empty
 /// never receives the records produced afterwards (a fresh consumer does). So the
-/// reader rebuilds its consumer at its own positions whenever it sees nothing for a
-/// second; positions are tracked here, so no record is skipped or read twice.
+/// reader rebuilds its consumer at its own positions whenever it goes without a new
+/// record for a while; positions are tracked here, so no record is skipped or read
+/// twice. That while doubles with every rebuild that brought nothing (1 s up to
+/// 8 s): on a loaded machine a new consumer can take longer than a second to
+/// fetch at all, and rebuilding it every second then reads nothing, ever (seen:
+/// a reader stuck for minutes at two thirds of each partition, while a consumer
+/// left alone at its positions read on at once).
+///
+/// A record whose offset lies past the next one expected is kept, and the skipped
+/// range is recorded in `gaps`; when a wait times out, the reader prints what a
+/// fresh consumer finds in each partition beside what it read itself, so a missing
+/// record shows whether the broker has it (a reading fault) or not.
 pub struct Reader {
     brokers: String,
     /// Extra client settings (security), applied to every consumer it builds.
@@ -196,8 +211,15 @@ pub struct Reader {
     consumer: BaseConsumer,
     /// Next offset to read, per (topic, partition).
     positions: HashMap<(String, i32), i64>,
-    idle_since: Instant,
+    /// When a new record was last read (or the consumer last rebuilt).
+    progress_at: Instant,
+    /// How long without a new record before the next rebuild.
+    rebuild_after: Duration,
     pub records: Vec<Consumed>,
+    /// Offset ranges the broker skipped: (topic, partition, expected, got).
+    pub gaps: Vec<(String, i32, i64, i64)>,
+    /// Records that came back below the next offset expected (read before).
+    pub rereads: u64,
 }
 
 impl Reader {
@@ -233,8 +255,11 @@ impl Reader {
             extra,
             consumer,
             positions,
-            idle_since: Instant::now(),
+            progress_at: Instant::now(),
+            rebuild_after: REBUILD_FIRST,
             records: Vec::new(),
+            gaps: Vec::new(),
+            rereads: 0,
         }
     }
 
@@ -297,11 +322,77 @@ impl Reader {
         let start = Instant::now();
         while !done(&self.records) {
             if start.elapsed() >= timeout {
+                eprintln!("{}", self.audit());
                 return false;
             }
             self.poll(Duration::from_millis(200));
         }
         true
+    }
+
+    /// Per partition, what this reader read beside what a fresh consumer reads now
+    /// (records, highest offset), and the gaps seen: tells a record the broker lost
+    /// from one the reader missed.
+    pub fn audit(&self) -> String {
+        let mut fresh = Reader {
+            brokers: self.brokers.clone(),
+            extra: self.extra.clone(),
+            consumer: Self::assigned(&self.brokers, &self.extra, &self.positions_from_zero()),
+            positions: self.positions_from_zero(),
+            progress_at: Instant::now(),
+            rebuild_after: REBUILD_FIRST,
+            records: Vec::new(),
+            gaps: Vec::new(),
+            rereads: 0,
+        };
+        fresh.settle(Duration::from_secs(10));
+        let tally = |records: &[Consumed]| {
+            let mut by: std::collections::BTreeMap<(String, i32), (usize, i64)> =
+                Default::default();
+            for r in records {
+                let e = by.entry((r.topic.clone(), r.partition)).or_insert((0, -1));
+                e.0 += 1;
+                e.1 = e.1.max(r.offset);
+            }
+            by
+        };
+        let (mine, theirs) = (tally(&self.records), tally(&fresh.records));
+        let mut text = String::from("reader audit (partition: read here / read by a fresh consumer, as records and highest offset):");
+        for (tp, fresh) in &theirs {
+            let here = mine.get(tp).copied().unwrap_or((0, -1));
+            text += &format!(
+                "\n  {}[{}]: {} / {} records, offset {} / {}",
+                tp.0, tp.1, here.0, fresh.0, here.1, fresh.1
+            );
+        }
+        // What a consumer starting where this reader stands gets now.
+        let probe = Self::assigned(&self.brokers, &self.extra, &self.positions);
+        let mut first: std::collections::BTreeMap<(String, i32), String> = Default::default();
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            match probe.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    let tp = (m.topic().to_owned(), m.partition());
+                    first
+                        .entry(tp)
+                        .or_insert_with(|| format!("offset {}", m.offset()));
+                }
+                Some(Err(e)) => {
+                    first
+                        .entry((String::from("error"), -1))
+                        .or_insert_with(|| e.to_string());
+                }
+                None => {}
+            }
+        }
+        text + &format!(
+            "\n  offset gaps seen by this reader: {:?}\n  records read again below the position: {}\n  at this reader's positions {:?} a new consumer first gets: {:?}",
+            self.gaps, self.rereads, self.positions, first
+        )
+    }
+
+    fn positions_from_zero(&self) -> HashMap<(String, i32), i64> {
+        self.positions.keys().map(|k| (k.clone(), 0)).collect()
     }
 
     /// Keep polling for `quiet` more time (to catch duplicates/extras after a target).
@@ -314,14 +405,14 @@ impl Reader {
 
     /// Poll once; `true` if a record (new or already seen) came back.
     fn poll(&mut self, timeout: Duration) -> bool {
+        if self.progress_at.elapsed() > self.rebuild_after {
+            self.consumer = Self::assigned(&self.brokers, &self.extra, &self.positions);
+            self.progress_at = Instant::now();
+            self.rebuild_after = (self.rebuild_after * 2).min(REBUILD_MAX);
+        }
         let Some(result) = self.consumer.poll(timeout) else {
-            if self.idle_since.elapsed() > Duration::from_secs(1) {
-                self.consumer = Self::assigned(&self.brokers, &self.extra, &self.positions);
-                self.idle_since = Instant::now();
-            }
             return false;
         };
-        self.idle_since = Instant::now();
         {
             let m = result.expect("consume");
             let position = self
@@ -329,9 +420,16 @@ impl Reader {
                 .entry((m.topic().to_owned(), m.partition()))
                 .or_insert(0);
             if m.offset() < *position {
+                self.rereads += 1;
                 return true; // already read before a rebuild
             }
+            if m.offset() > *position {
+                self.gaps
+                    .push((m.topic().to_owned(), m.partition(), *position, m.offset()));
+            }
             *position = m.offset() + 1;
+            self.progress_at = Instant::now();
+            self.rebuild_after = REBUILD_FIRST;
             let header_list: Vec<(String, Option<Vec<u8>>)> = m
                 .headers()
                 .map(|h| {
