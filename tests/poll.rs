@@ -7,6 +7,8 @@ use crate::support;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use pgoutbox::pg::catalog::TableName;
+use pgoutbox::poll::sql;
 use support::kafka::{Broker, Consumed, Reader};
 use support::verify::verify;
 use support::workload::{
@@ -457,4 +459,58 @@ fn broker_outage_never_marks_unacked_rows_and_drains_after() {
         let ns: std::collections::HashSet<_> = r.iter().filter_map(|r| r.value.clone()).collect();
         ns.len() == 3
     });
+}
+
+/// A relay that becomes active while its killed predecessor's batch transaction
+/// still holds its rows (the predecessor's lock session ended first) waits for that
+/// batch to end instead of skipping the locked rows: they go first, in order. Seen
+/// as `reordered` in the kill -9 cycles below on a loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_active_relay_waits_for_its_predecessors_batch() {
+    let db = replica_cluster().fresh_db();
+    let broker = Broker::shared().addr();
+    setup_poll(&db, &[]);
+    insert(
+        &db,
+        &[
+            ("order", "k1", "1"),
+            ("order", "k1", "2"),
+            ("order", "k1", "3"),
+        ],
+    );
+    // The predecessor's open batch: its first row claimed, nothing marked yet.
+    let (blocker, conn) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    blocker
+        .batch_execute(&format!(
+            "{}; SELECT id FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT 1 FOR UPDATE",
+            sql::begin(&TableName::parse("public.outbox").unwrap())
+        ))
+        .await
+        .unwrap();
+    let _relay = start_relay(&poll_args(&db, &broker, &[]));
+    let waiting = || {
+        db.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND state = 'active'",
+        ) != "0"
+    };
+    // Fixed: the relay waits for the batch. Broken: it publishes rows 2 and 3.
+    wait_for(
+        "the relay to wait for the batch, or to publish",
+        WAIT,
+        || (waiting() || unpublished(&db) < 3).then_some(()),
+    );
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    let mut reader = Reader::new(&broker, &topics(&db, &["order"]));
+    reader.read_until("the three records", WAIT, |r| r.len() >= 3);
+    reader.settle(Duration::from_secs(1));
+    let ns: Vec<String> = reader
+        .records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    assert_eq!(ns, [r#"{"n": 1}"#, r#"{"n": 2}"#, r#"{"n": 3}"#]);
 }

@@ -48,6 +48,8 @@ pub(super) struct Claimer<'c> {
     client: &'c Client,
     table: TableName,
     relation: Relation,
+    /// Opens a batch transaction (after any other batch of the table ended).
+    begin: String,
     claim: String,
     mark: String,
     backlog: String,
@@ -82,6 +84,7 @@ impl<'c> Claimer<'c> {
         Ok(Claimer {
             client,
             table: table.clone(),
+            begin: sql::begin(table),
             claim: sql::claim(table, &names, &poll.order_by, poll.batch_size),
             mark: sql::mark(table, poll.mark),
             backlog: sql::backlog(table, &poll.order_by, ts_name),
@@ -102,9 +105,9 @@ impl<'c> Claimer<'c> {
             self.announced = true;
         }
         self.client
-            .batch_execute("BEGIN")
+            .batch_execute(&self.begin)
             .await
-            .map_err(|e| query_error("BEGIN", e))?;
+            .map_err(|e| query_error(&self.begin, e))?;
         let result = self.claimed(&mut ack).await;
         if result.is_err() {
             // Best effort: a broken connection rolls back by itself.

@@ -8,7 +8,8 @@
 //!     ▼                                     │
 //!  wake (notify | --poll-interval | drain: last batch was full)
 //!     ▼
-//!  work session: BEGIN ─ SELECT … WHERE published_at IS NULL ORDER BY <order>
+//!  work session: BEGIN ─ pg_advisory_xact_lock(batch key: waits out a killed
+//!                predecessor's open batch) ─ SELECT … WHERE published_at IS NULL ORDER BY <order>
 //!                LIMIT n FOR UPDATE SKIP LOCKED ─ rows as pgoutput messages ─▶ Relay
 //!                (the logical mode's core: mapping, poison policy, trace, converters)
 //!                ─▶ KafkaSink ─ every ack ─▶ UPDATE … SET published_at = now()
@@ -24,8 +25,11 @@
 //! it), so a crash, a broker outage or a lost connection leaves the batch unmarked
 //! and it is sent again (at-least-once, duplicates at most one batch per failure);
 //! only the holder of the table's advisory lock claims (one active relay, so
-//! records leave in the ordering column's order); the lock session ending stops
-//! claiming at once (an open batch is rolled back, not marked).
+//! records leave in the ordering column's order), and only once no other batch
+//! transaction of the table is open (a killed relay's batch can outlive its lock
+//! session: claiming past the rows it holds would publish them after newer ones);
+//! the lock session ending stops claiming at once (an open batch is rolled back,
+//! not marked).
 //!
 //! Order, what consumers may see: records leave in the ordering column's order
 //! within each batch and batch after batch — not in commit order. A row whose

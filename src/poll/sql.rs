@@ -62,6 +62,23 @@ pub fn lock_key(table: &TableName) -> i64 {
     i64::from_ne_bytes(fnv1a(format!("pgoutbox poll {table}").as_bytes()).to_ne_bytes())
 }
 
+/// The key of the transaction-level advisory lock every batch transaction takes
+/// first (see [`begin`]).
+pub fn batch_lock_key(table: &TableName) -> i64 {
+    i64::from_ne_bytes(fnv1a(format!("pgoutbox poll batch {table}").as_bytes()).to_ne_bytes())
+}
+
+/// Open a batch transaction. It first waits for the batch lock of `table`, held
+/// by any batch transaction still open: a killed relay's batch can outlive its lock
+/// session, so the relay that took over would otherwise claim past the rows that
+/// batch still holds (`SKIP LOCKED`) and publish them after newer ones.
+pub fn begin(table: &TableName) -> String {
+    format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({})",
+        batch_lock_key(table)
+    )
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
@@ -226,6 +243,14 @@ mod tests {
         assert_eq!(channel(&long), channel(&long.clone()));
         assert!(index_name(&long).len() <= MAX_IDENT);
         assert_ne!(lock_key(&outbox()), lock_key(&long));
+        assert_ne!(lock_key(&outbox()), batch_lock_key(&outbox()));
+        assert_eq!(
+            begin(&outbox()),
+            format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({})",
+                batch_lock_key(&outbox())
+            )
+        );
         assert_eq!(channel(&outbox()), "pgoutbox.public.outbox");
     }
 }
