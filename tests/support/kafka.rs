@@ -217,9 +217,9 @@ pub struct Reader {
     rebuild_after: Duration,
     pub records: Vec<Consumed>,
     /// Offset ranges the broker skipped: (topic, partition, expected, got).
-    pub gaps: Vec<(String, i32, i64, i64)>,
+    gaps: Vec<(String, i32, i64, i64)>,
     /// Records that came back below the next offset expected (read before).
-    pub rereads: u64,
+    rereads: u64,
 }
 
 impl Reader {
@@ -249,11 +249,19 @@ impl Reader {
                 positions.insert((topic.clone(), p), 0);
             }
         }
-        let consumer = Self::assigned(brokers, &extra, &positions);
+        Self::at(brokers.to_owned(), extra, positions)
+    }
+
+    /// A reader that reads on from `positions`, with nothing read yet.
+    fn at(
+        brokers: String,
+        extra: Vec<(String, String)>,
+        positions: HashMap<(String, i32), i64>,
+    ) -> Reader {
         Reader {
-            brokers: brokers.to_owned(),
+            consumer: Self::assigned(&brokers, &extra, &positions),
+            brokers,
             extra,
-            consumer,
             positions,
             progress_at: Instant::now(),
             rebuild_after: REBUILD_FIRST,
@@ -334,17 +342,8 @@ impl Reader {
     /// (records, highest offset), and the gaps seen: tells a record the broker lost
     /// from one the reader missed.
     pub fn audit(&self) -> String {
-        let mut fresh = Reader {
-            brokers: self.brokers.clone(),
-            extra: self.extra.clone(),
-            consumer: Self::assigned(&self.brokers, &self.extra, &self.positions_from_zero()),
-            positions: self.positions_from_zero(),
-            progress_at: Instant::now(),
-            rebuild_after: REBUILD_FIRST,
-            records: Vec::new(),
-            gaps: Vec::new(),
-            rereads: 0,
-        };
+        let from_zero = self.positions.keys().map(|k| (k.clone(), 0)).collect();
+        let mut fresh = Self::at(self.brokers.clone(), self.extra.clone(), from_zero);
         fresh.settle(Duration::from_secs(10));
         let tally = |records: &[Consumed]| {
             let mut by: std::collections::BTreeMap<(String, i32), (usize, i64)> =
@@ -389,10 +388,6 @@ impl Reader {
             "\n  offset gaps seen by this reader: {:?}\n  records read again below the position: {}\n  at this reader's positions {:?} a new consumer first gets: {:?}",
             self.gaps, self.rereads, self.positions, first
         )
-    }
-
-    fn positions_from_zero(&self) -> HashMap<(String, i32), i64> {
-        self.positions.keys().map(|k| (k.clone(), 0)).collect()
     }
 
     /// Keep polling for `quiet` more time (to catch duplicates/extras after a target).
