@@ -62,6 +62,15 @@ fn insert(db: &TestDb<'_>, rows: &[(&str, &str, &str)]) {
     ));
 }
 
+/// The values read, in the order read, as text.
+fn values(reader: &Reader) -> Vec<String> {
+    reader
+        .records
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
 fn unpublished(db: &TestDb<'_>) -> u64 {
     db.psql("SELECT count(*) FROM outbox WHERE published_at IS NULL")
         .trim()
@@ -183,11 +192,7 @@ fn a_second_relay_stands_by_and_takes_over_after_kill_9() {
         r.len() >= 2
     });
     reader.settle(Duration::from_secs(1));
-    let ns: Vec<String> = reader
-        .records
-        .iter()
-        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let ns = values(&reader);
     assert_eq!(ns, [r#"{"n": 1}"#, r#"{"n": 2}"#]);
 }
 
@@ -272,11 +277,7 @@ fn order_follows_the_ordering_column_and_a_long_transaction_arrives_late() {
     reader.read_until("the 50 rows", WAIT, |r| r.len() >= 50);
     rt.block_on(long.batch_execute("COMMIT")).unwrap();
     reader.read_until("the long transaction's row", WAIT, |r| r.len() >= 51);
-    let ns: Vec<String> = reader
-        .records
-        .iter()
-        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let ns = values(&reader);
     let mut expected: Vec<String> = (0..50).map(|n| format!("{{\"n\": {n}}}")).collect();
     expected.push(r#"{"n": "long"}"#.to_owned());
     assert_eq!(ns, expected, "relay log:\n{}", relay.stderr());
@@ -507,10 +508,6 @@ async fn a_new_active_relay_waits_for_its_predecessors_batch() {
     let mut reader = Reader::new(&broker, &topics(&db, &["order"]));
     reader.read_until("the three records", WAIT, |r| r.len() >= 3);
     reader.settle(Duration::from_secs(1));
-    let ns: Vec<String> = reader
-        .records
-        .iter()
-        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let ns = values(&reader);
     assert_eq!(ns, [r#"{"n": 1}"#, r#"{"n": 2}"#, r#"{"n": 3}"#]);
 }
