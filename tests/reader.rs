@@ -49,4 +49,8 @@ fn a_slow_broker_does_not_keep_the_reader_from_reading() {
     );
     let ids: std::collections::HashSet<String> = reader.records.iter().map(|r| r.id()).collect();
     assert_eq!(ids.len(), 100);
+    assert_eq!(
+        reader.stalls, 0,
+        "read only by the last chance of a stalled wait"
+    );
 }
