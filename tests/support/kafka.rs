@@ -205,12 +205,13 @@ const LAST_CHANCE_MAX: Duration = Duration::from_secs(120);
 /// left alone at its positions read on at once).
 ///
 /// Stalls were still seen with the backoff (1 in 23 stressed runs of the kill -9
-/// tests), the cause unknown: so a wait that times out gets a last chance, one
-/// consumer at the reader's positions left alone while it reads on
-/// ([`Reader::last_chance`], counted in `stalls`). If that fails too, the reader prints what a fresh consumer
-/// finds in each partition beside what it read itself, so a missing record shows
-/// whether the broker has it (a reading fault) or not. A record whose offset lies
-/// past the next one expected is kept, and the skipped range recorded in `gaps`.
+/// tests; 4 in 14 under twice that load), the cause unknown: so a wait that times
+/// out gets a last chance, one consumer at the reader's positions left alone while
+/// it reads on ([`Reader::last_chance`], counted in `stalls`). If that fails too,
+/// the reader prints what a fresh consumer finds in each partition beside what it
+/// read itself, so a missing record shows whether the broker has it (a reading
+/// fault) or not. A record whose offset lies past the next one expected is kept,
+/// and the skipped range recorded in `gaps`.
 pub struct Reader {
     brokers: String,
     /// Extra client settings (security), applied to every consumer it builds.
@@ -351,9 +352,9 @@ impl Reader {
     /// left alone (no rebuilds) while it reads on ([`LAST_CHANCE_QUIET`], at most
     /// [`LAST_CHANCE_MAX`]). Under load a reader was seen stuck for minutes while
     /// such a consumer read on at once (if slowly: 650 to 1,418 records in 20 s
-    /// on a saturated machine); the cause is not
-    /// known (see [`Reader`]), so a stall and its outcome are
-    /// printed either way, and a failed last chance prints the audit.
+    /// on a saturated machine); the cause is not known (see [`Reader`]), so a stall
+    /// and its outcome are printed either way, and a failed last chance prints the
+    /// audit.
     fn last_chance(&mut self, done: impl Fn(&[Consumed]) -> bool) -> bool {
         let (before, at) = (self.records.len(), self.positions.clone());
         self.stalls += 1;
