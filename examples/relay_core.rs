@@ -97,6 +97,8 @@ fn main() {
                 tag,
                 size,
                 result: Ok(()),
+                // As librdkafka's clock gives it: recorded like the real path.
+                in_kafka: Some(Duration::from_micros(1_500)),
             };
             relay.on_delivery(&mut sink, delivery).expect("ack");
         }

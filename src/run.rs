@@ -198,8 +198,10 @@ async fn relay(
                     confirmed = %stats.confirmed,
                     drain_timed_out = stats.drain_timed_out,
                     latency_samples = stats.latency.count(),
-                    latency_p50_us = stats.latency.quantile(0.5).map_or(0, |d| d.as_micros()),
-                    latency_p99_us = stats.latency.quantile(0.99).map_or(0, |d| d.as_micros()),
+                    latency_p50_us = stats.latency.quantile_micros(0.5),
+                    latency_p99_us = stats.latency.quantile_micros(0.99),
+                    in_kafka_p50_us = stats.in_kafka.quantile_micros(0.5),
+                    in_kafka_p99_us = stats.in_kafka.quantile_micros(0.99),
                     "stopped"
                 );
                 return Ok(());

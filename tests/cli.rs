@@ -340,7 +340,12 @@ fn json_logs_end_with_a_json_error_and_carry_numbers() {
             .into_iter()
             .find(|l| l["message"] == "progress" && l["acked"].as_u64() >= Some(1))
     });
-    for field in ["latency_p50_ms", "latency_p99_ms"] {
+    for field in [
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "in_kafka_p50_ms",
+        "in_kafka_p99_ms",
+    ] {
         assert!(progress[field].is_f64(), "{field}: {progress}");
     }
     assert!(!progress.to_string().contains("Some("), "{progress}");

@@ -394,6 +394,27 @@ async fn metrics_show_progress_and_readiness_follows_the_broker() {
         metrics.contains("outbox_relay_latency_seconds_bucket{le=\"+Inf\"} 100"),
         "{metrics}"
     );
+    // The Kafka share, by librdkafka's clock: one sample per ack, each within its
+    // commit → ack sample.
+    assert!(
+        metrics.contains("pgoutbox_kafka_latency_seconds_count 100"),
+        "{metrics}"
+    );
+    let sum = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_sum ")));
+        line.and_then(|l| l.split(' ').nth(1)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}_sum in {metrics}"))
+    };
+    let (total, kafka) = (
+        sum("outbox_relay_latency_seconds"),
+        sum("pgoutbox_kafka_latency_seconds"),
+    );
+    assert!(
+        kafka > 0.0 && kafka <= total,
+        "kafka share {kafka} s of {total} s"
+    );
     assert!(metrics.contains("pgoutbox_slot_lag_bytes "), "{metrics}");
     assert!(
         metrics.contains("pgoutbox_replication_connected 1"),

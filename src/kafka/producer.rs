@@ -72,6 +72,10 @@ pub struct Delivery {
     pub size: usize,
     /// Acked, or why not.
     pub result: Result<(), DeliveryError>,
+    /// How long librdkafka had the record: from the hand-over to this report being
+    /// served (its queue, `linger.ms`, the request, the broker, the response). The
+    /// Kafka share of commit → ack. `None` for a record librdkafka never took.
+    pub in_kafka: Option<std::time::Duration>,
 }
 
 /// A record librdkafka could not deliver.
@@ -339,6 +343,7 @@ impl ProducerContext for Context {
             }
             Err(_) => self.metrics.failed(message.topic()),
         }
+        let in_kafka = in_kafka(message);
         let header = |name: &str| message.headers().and_then(|h| header_value(h, name));
         let result = outcome.map_err(|err| {
             delivery_error(
@@ -350,8 +355,23 @@ impl ProducerContext for Context {
             )
         });
         // The receiver is gone only when the relay is shutting down.
-        let _ = self.deliveries.send(Delivery { tag, size, result });
+        let _ = self.deliveries.send(Delivery {
+            tag,
+            size,
+            result,
+            in_kafka,
+        });
     }
+}
+
+/// librdkafka's own clock of `message`: the time since it was handed over.
+fn in_kafka(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<std::time::Duration> {
+    // SAFETY: `ptr` is the live message of the delivery report being served;
+    // `rd_kafka_message_latency` only reads its enqueue time.
+    let micros = unsafe { rdkafka::bindings::rd_kafka_message_latency(message.ptr()) };
+    u64::try_from(micros)
+        .ok()
+        .map(std::time::Duration::from_micros)
 }
 
 /// Main-queue events served per [`Polled::serve`] at most (each may carry many
@@ -765,6 +785,7 @@ impl KafkaSink {
             tag: held.tag,
             size: held.size(),
             result: Err(error),
+            in_kafka: None,
         });
     }
 

@@ -53,6 +53,8 @@ pub const INVALID_ROWS: &str = "pgoutbox_invalid_rows_total";
 pub const TRACE_CONTEXT: &str = "pgoutbox_trace_context_total";
 /// Commit → broker-ack latency histogram.
 pub const RELAY_LATENCY: &str = "outbox_relay_latency_seconds";
+/// The Kafka share of it: hand-over to the producer → ack.
+pub const KAFKA_LATENCY: &str = "pgoutbox_kafka_latency_seconds";
 /// WAL bytes between the server's WAL end and the confirmed LSN.
 pub const SLOT_LAG_BYTES: &str = "pgoutbox_slot_lag_bytes";
 /// The confirmed LSN as a number.
@@ -110,9 +112,10 @@ pub struct Metrics {
     invalid: [[AtomicU64; ACTIONS.len()]; Cause::ALL.len()],
     /// Indexed like `Outcome::ALL`.
     trace_context: [AtomicU64; Outcome::ALL.len()],
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_sum_micros: AtomicU64,
+    /// Commit → ack ([`RELAY_LATENCY`]).
+    latency: Histogram,
+    /// Hand-over to librdkafka → ack ([`KAFKA_LATENCY`]).
+    kafka_latency: Histogram,
     slot_lag_bytes: AtomicU64,
     confirmed_lsn: AtomicU64,
     in_flight_records: AtomicU64,
@@ -134,6 +137,57 @@ pub struct Metrics {
     pub heartbeat: heartbeat::HeartbeatState,
     /// Poll mode's series (`run --source poll`).
     pub poll: poll::PollMetrics,
+}
+
+/// A Prometheus histogram of durations over [`LATENCY_BUCKETS`], lock-free: a
+/// sample increments the one bucket it falls in (the first bound ≥ it; past the
+/// last bound, only the count), and rendering sums them into Prometheus'
+/// cumulative `le` series.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+/// [`LATENCY_BUCKETS`] in microseconds.
+const LATENCY_BOUNDS_MICROS: [u64; LATENCY_BUCKETS.len()] = {
+    let mut out = [0; LATENCY_BUCKETS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = (LATENCY_BUCKETS[i] * 1e6 + 0.5) as u64; // rounded, not truncated
+        i += 1;
+    }
+    out
+};
+
+impl Histogram {
+    /// One sample; a negative one (clocks apart) counts as 0.
+    fn observe_micros(&self, micros: i64) {
+        let micros = u64::try_from(micros).unwrap_or(0);
+        let i = LATENCY_BOUNDS_MICROS.partition_point(|bound| *bound < micros);
+        if let Some(bucket) = self.buckets.get(i) {
+            bucket.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The series of `name`, with its help line.
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        // Read after the buckets: a sample landing meanwhile may show in the count
+        // and not yet in its bucket, never the other way (`+Inf` ≥ every `le`).
+        let count = self.count.load(Ordering::Relaxed).max(cumulative);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, topic: &str) {
@@ -171,15 +225,12 @@ impl Metrics {
 
     /// One commit → ack latency sample.
     pub fn observe_latency_micros(&self, micros: i64) {
-        let micros = u64::try_from(micros).unwrap_or(0);
-        let secs = micros as f64 / 1e6;
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.latency.observe_micros(micros);
+    }
+
+    /// One hand-over → ack sample: the Kafka share of a commit → ack sample.
+    pub fn observe_kafka_latency_micros(&self, micros: i64) {
+        self.kafka_latency.observe_micros(micros);
     }
 
     /// Slot lag and confirmed position.
@@ -337,23 +388,15 @@ impl Metrics {
                 n.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP {RELAY_LATENCY} Time from transaction commit to Kafka acknowledgement.\n# TYPE {RELAY_LATENCY} histogram"
+        self.latency.render(
+            &mut out,
+            RELAY_LATENCY,
+            "Time from transaction commit to Kafka acknowledgement.",
         );
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            let _ = writeln!(
-                out,
-                "{RELAY_LATENCY}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.latency_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{RELAY_LATENCY}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "{RELAY_LATENCY}_sum {sum}\n{RELAY_LATENCY}_count {count}"
+        self.kafka_latency.render(
+            &mut out,
+            KAFKA_LATENCY,
+            "Time from handing a record to the Kafka producer to its acknowledgement (the Kafka share of outbox_relay_latency_seconds).",
         );
         let gauge = |out: &mut String, name: &str, kind: &str, help: &str, v: u64| {
             let _ = writeln!(
@@ -531,6 +574,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_histogram_sample_on_a_bound_counts_in_its_bucket_and_every_later_one() {
+        let m = Metrics::default();
+        for micros in [1_000, 1_001, 2_500, 30_000_000, 30_000_001, -5] {
+            m.observe_latency_micros(micros);
+        }
+        let text = m.render();
+        for (le, n) in [
+            ("0.001", 2), // 1,000 µs and the negative sample (as 0)
+            ("0.0025", 4),
+            ("0.005", 4),
+            ("10", 4),
+            ("30", 5),
+            ("+Inf", 6),
+        ] {
+            let series = format!("outbox_relay_latency_seconds_bucket{{le=\"{le}\"}} {n}\n");
+            assert!(text.contains(&series), "{series}in {text}");
+        }
+        assert!(
+            text.contains("outbox_relay_latency_seconds_count 6\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn renders_counters_histogram_and_gauges() {
         let m = Metrics::default();
         m.published("outbox.event.order");
@@ -538,6 +605,7 @@ mod tests {
         m.failed("bad\"topic");
         m.observe_latency_micros(3_000);
         m.observe_latency_micros(200_000);
+        m.observe_kafka_latency_micros(2_000);
         m.set_slot(100, 42);
         let text = m.render();
         assert!(
@@ -558,6 +626,18 @@ mod tests {
         );
         assert!(
             text.contains("outbox_relay_latency_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pgoutbox_kafka_latency_seconds_bucket{le=\"0.001\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pgoutbox_kafka_latency_seconds_bucket{le=\"0.0025\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pgoutbox_kafka_latency_seconds_count 1"),
             "{text}"
         );
         assert!(text.contains("pgoutbox_slot_lag_bytes 42"), "{text}");

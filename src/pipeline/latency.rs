@@ -104,6 +104,11 @@ impl LatencyHistogram {
             .unwrap_or(BUCKETS - 1);
         Some(Duration::from_micros(upper_bound(idx)))
     }
+
+    /// [`Self::quantile`] in microseconds, 0 without samples (for log fields).
+    pub fn quantile_micros(&self, q: f64) -> u128 {
+        self.quantile(q).map_or(0, |d| d.as_micros())
+    }
 }
 
 #[cfg(test)]

@@ -121,6 +121,8 @@ pub struct PipelineConfig {
 pub struct SessionStats {
     /// Commit → ack latency of acked records.
     pub latency: LatencyHistogram,
+    /// Its Kafka share: hand-over to the producer → ack ([`Delivery::in_kafka`](crate::kafka::producer::Delivery::in_kafka)).
+    pub in_kafka: LatencyHistogram,
     /// Records handed to the producer.
     pub produced: u64,
     /// Records acked.

@@ -10,13 +10,16 @@ use super::relay::Relay;
 /// How often a progress line is logged.
 pub(super) const PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The periodic line: produced and acked counts, latency, in-flight window, LSN.
+/// The periodic line: produced and acked counts, latency and its Kafka share,
+/// in-flight window, LSN.
 pub(super) fn log(relay: &Relay<'_>) {
     let (stats, tracker) = (relay.stats(), relay.tracker());
     tracing::info!(
         produced = stats.produced,
         latency_p50_ms = stats.latency.quantile(0.5).map(millis),
         latency_p99_ms = stats.latency.quantile(0.99).map(millis),
+        in_kafka_p50_ms = stats.in_kafka.quantile(0.5).map(millis),
+        in_kafka_p99_ms = stats.in_kafka.quantile(0.99).map(millis),
         acked = stats.acked,
         in_flight = tracker.in_flight_records(),
         in_flight_bytes = tracker.in_flight_bytes(),

@@ -234,13 +234,14 @@ impl Idle<'_> {
 
 /// The session's last line, with the figures the logical mode's "stopped" line has.
 fn log_stopped(stats: &crate::pipeline::SessionStats) {
-    let us = |q| stats.latency.quantile(q).map_or(0, |d| d.as_micros());
     tracing::info!(
         produced = stats.produced,
         acked = stats.acked,
         latency_samples = stats.latency.count(),
-        latency_p50_us = us(0.5),
-        latency_p99_us = us(0.99),
+        latency_p50_us = stats.latency.quantile_micros(0.5),
+        latency_p99_us = stats.latency.quantile_micros(0.99),
+        in_kafka_p50_us = stats.in_kafka.quantile_micros(0.5),
+        in_kafka_p99_us = stats.in_kafka.quantile_micros(0.99),
         "stopped"
     );
 }

@@ -147,6 +147,11 @@ impl<'a> Relay<'a> {
                 let latency = timestamp::now_pg_micros() - self.tracker.commit_time(txn)?;
                 self.stats.latency.record_micros(latency);
                 self.metrics.observe_latency_micros(latency);
+                if let Some(in_kafka) = delivery.in_kafka {
+                    let micros = i64::try_from(in_kafka.as_micros()).unwrap_or(i64::MAX);
+                    self.stats.in_kafka.record_micros(micros);
+                    self.metrics.observe_kafka_latency_micros(micros);
+                }
                 self.metrics.acked();
             }
             // The refused record counts as done once its dead letter (if any) is in

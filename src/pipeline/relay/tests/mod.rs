@@ -185,7 +185,12 @@ impl<'a> Harness<'a> {
         result: Result<(), DeliveryError>,
     ) -> Result<(), PipelineError> {
         let size = RECORD_SIZE;
-        let delivery = Delivery { tag, size, result };
+        let delivery = Delivery {
+            tag,
+            size,
+            result,
+            in_kafka: None,
+        };
         self.relay.on_delivery(&mut self.sink, delivery)
     }
 
@@ -196,6 +201,7 @@ impl<'a> Harness<'a> {
             tag: *tag,
             size: record.size(),
             result: Ok(()),
+            in_kafka: Some(Duration::from_micros(700)),
         };
         self.relay.on_delivery(&mut self.sink, delivery).unwrap();
     }
@@ -287,6 +293,22 @@ fn acks_confirm_only_the_contiguous_prefix() {
     h.ack(3);
     assert_eq!(h.relay.to_report(), Some(Lsn(0x300)));
     assert_eq!(h.relay.stats().acked, 4);
+}
+
+#[test]
+fn every_ack_records_its_latency_and_the_kafka_share_librdkafka_measured() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2"], 0x100);
+    h.ack(0); // librdkafka had it 700 µs (see `ack`)
+    h.deliver(tag(0), Ok(())).unwrap(); // a report without librdkafka's clock
+    let stats = h.relay.stats();
+    assert_eq!((stats.latency.count(), stats.in_kafka.count()), (2, 1));
+    let share = stats.in_kafka.quantile(0.5).unwrap();
+    assert!(
+        (700..=700 + 700 / 32).contains(&share.as_micros()),
+        "{share:?}"
+    );
 }
 
 #[test]
