@@ -99,6 +99,19 @@ def proc_cpu(pid):
         return None
 
 
+def proc_wakeups(pid):
+    """Voluntary context switches of a live process, all threads (≈ the times one of its
+    threads slept and was woken), None once it is gone."""
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += next(int(l.split()[1]) for l in f if l.startswith("voluntary_ctxt_switches"))
+        return total
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+
+
 def thread_cpu(pid):
     """CPU seconds per thread name (/proc/PID/task/*/comm; same-named threads summed)."""
     out = {}
@@ -586,11 +599,11 @@ class Bench:
         self.restart_broker()
         p, lines, _, _ = self.start_relay("l_relay", binary)
         ws = self.slot_state("l_relay", "0/0")[1]
-        cpu0, ws0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        cpu0, ws0, wk0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
         n, achieved = self.pgbench("outbox", rate, secs)
         end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
         self.wait_confirmed(p, lines, "l_relay", end, 120)
-        cpu1, ws1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        cpu1, ws1, wk1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
         stats = self.stop_relay(p, lines)
         self.drop_slots("l_relay")
         events = stats.get("acked", 0)
@@ -599,6 +612,7 @@ class Bench:
                 # The Kafka share (hand-over → ack by librdkafka's clock); absent from
                 # builds before it was logged.
                 "in_kafka_p50_us": stats.get("in_kafka_p50_us"), "in_kafka_p99_us": stats.get("in_kafka_p99_us"),
+                "wakeups": wk1 - wk0 if wk0 is not None and wk1 is not None else None,
                 "events_per_cpu_second": events / (cpu1 - cpu0) if cpu1 > cpu0 else None,
                 "cpu_seconds": cpu1 - cpu0,
                 "pg_backend_cpu_seconds": ws1 - ws0 if ws0 is not None and ws1 is not None else None}
@@ -664,6 +678,11 @@ class Bench:
         rotating order. A rate pgbench cannot reach is measured at what it achieved (and
         marked in the table), never skipped."""
         self.results["live"]["seconds"] = secs
+        self.pressure.phase = "wake cost"
+        out = subprocess.run([os.path.join(self.examples, "wake_cost")], capture_output=True, text=True, check=True)
+        self.results["live"]["wake_cost"] = json.loads(out.stdout)
+        log(f"  this machine: {self.results['live']['wake_cost']['cpu_us_per_wake_from_idle']:.1f} µs CPU "
+            "per thread wake-up from idle (examples/wake_cost)")
         by_rate = self.results["live"].setdefault("rates", {})
         for rate in rates:
             runs = {"floor": [], "pgoutbox": [], "polling": []}
@@ -913,7 +932,22 @@ def live_cpu(runs):
     return relay, backend, relay + backend if relay is not None and backend is not None else None
 
 
-def live_rate_rows(label, rate, runs, backlog_us, before, verdict):
+def wakeup_rows(label, runs, backlog_us, wake_us, valid, verdict):
+    """The relay's thread wake-ups per event, and the CPU they cost at this machine's
+    price of one wake-up from idle: a floor of CPU per event that only fewer
+    wake-ups (more events per wake-up, i.e. waiting) can lower."""
+    per = med(runs["pgoutbox"], lambda x: x["wakeups"] / x["events"] if x.get("wakeups") is not None and x.get("events") else None)
+    if per is None or not wake_us:
+        return []
+    floor = per * wake_us
+    limit = 2 * backlog_us if backlog_us else None
+    return [(f"{label}: relay thread wake-ups per event × {wake_us:.1f} µs per wake-up from idle = CPU floor µs/event",
+             f"{per:.2f} × {wake_us:.1f} = {floor:.1f}", fmt(limit, ".1f") + " (2× backlog)",
+             f"{limit / wake_us:.2f} wake-ups/event fit in 2× backlog" if limit else "",
+             "info: a floor above the CPU goal puts it out of reach at this many wake-ups", "")]
+
+
+def live_rate_rows(label, rate, runs, backlog_us, before, verdict, wake_us=None):
     """The live table's rows for one rate (see live_rows)."""
     valid = all(x["valid"] for v in runs.values() for x in v)
     q = {w: {k: med(runs[w], lambda x: x[k]) for k in ("p50_us", "p99_us")} for w in runs}
@@ -933,6 +967,7 @@ def live_rate_rows(label, rate, runs, backlog_us, before, verdict):
                      ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms",
                      f"within {limit // 1000} ms of the floor" + (" (issue 16)" if limit == 5000 else ""),
                      verdict(d <= limit if d is not None else None, valid)))
+    rows += wakeup_rows(label, runs, backlog_us, wake_us, valid, verdict)
     rows += kafka_share_rows(label, rate, runs, q, valid, verdict)
     r = prelay / relay if prelay and relay else None
     rows.append((f"{label}: relay CPU µs/event, pgoutbox vs polling relay", fmt(relay, ".1f"), fmt(prelay, ".1f"),
@@ -997,8 +1032,14 @@ def live_rows(res, before, verdict):
         ach = median([x["achieved_rate"] for v in runs.values() for x in v])
         label = f"live {rate:,}/s" + (f" (achieved {fmt(ach)}/s: rate NOT reached)" if ach < 0.95 * rate else "")
         prior = ((before or {}).get("live", {}).get("rates", {}).get(key) or {}).get("runs")
-        rows += live_rate_rows(label, rate, runs, backlog_us, prior, verdict)
+        rows += live_rate_rows(label, rate, runs, backlog_us, prior, verdict,
+                               (live.get("wake_cost") or {}).get("cpu_us_per_wake_from_idle"))
     idle = live.get("idle")
+    wake = live.get("wake_cost")
+    if wake:
+        rows.append(("this machine: CPU µs per thread wake-up from idle; hot (examples/wake_cost)",
+                     f"{wake['cpu_us_per_wake_from_idle']:.1f}; {wake['cpu_us_per_wake_hot']:.1f}", "", "",
+                     "info: the unit of every live figure", ""))
     if idle:
         rows.append((f"idle relay ({idle['seconds']} s, keepalives only): CPU ms per second, relay; walsender",
                      fmt(idle["relay_cpu_ms_per_second"], ".3f"), fmt(idle["walsender_cpu_ms_per_second"], ".3f"),

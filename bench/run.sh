@@ -39,5 +39,5 @@ if [ "${1:-}" = cleanup ]; then
   [ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet --bin pgoutbox
   exec python3 bench/cleanup.py "$@"
 fi
-cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay
+cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay --example wake_cost
 exec python3 bench/bench.py "$@"
