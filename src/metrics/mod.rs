@@ -181,8 +181,9 @@ impl Histogram {
             cumulative += bucket.load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
         }
-        // Read after the buckets: a sample landing meanwhile may show in the count
-        // and not yet in its bucket, never the other way (`+Inf` ≥ every `le`).
+        // A sample landing meanwhile may be visible in its bucket and not yet in
+        // the count, or the other way: the count is raised to the buckets' sum so
+        // that `+Inf` (and `_count`) is never below an `le` series.
         let count = self.count.load(Ordering::Relaxed).max(cumulative);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
