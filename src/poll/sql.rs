@@ -59,13 +59,18 @@ pub fn channel(table: &TableName) -> String {
 /// The advisory-lock key of `table`'s one active poll relay (FNV-1a of its name:
 /// stable across versions and servers; `pg_locks` shows it as classid/objid).
 pub fn lock_key(table: &TableName) -> i64 {
-    i64::from_ne_bytes(fnv1a(format!("pgoutbox poll {table}").as_bytes()).to_ne_bytes())
+    advisory_key(&format!("pgoutbox poll {table}"))
 }
 
 /// The key of the transaction-level advisory lock every batch transaction takes
 /// first (see [`begin`]).
 pub fn batch_lock_key(table: &TableName) -> i64 {
-    i64::from_ne_bytes(fnv1a(format!("pgoutbox poll batch {table}").as_bytes()).to_ne_bytes())
+    advisory_key(&format!("pgoutbox poll batch {table}"))
+}
+
+/// An advisory-lock key named by `name`: its FNV-1a hash as a signed 64-bit key.
+fn advisory_key(name: &str) -> i64 {
+    i64::from_ne_bytes(fnv1a(name.as_bytes()).to_ne_bytes())
 }
 
 /// Open a batch transaction. It first waits for the batch lock of `table`, held
