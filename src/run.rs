@@ -50,8 +50,10 @@ use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
 use crate::task::Tasks;
 
-/// How long one producer probe waits for broker metadata.
+/// How long one producer probe waits for a broker's answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The pause between two producer probes.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// How long `run` waits for its helper tasks once they were told to stop: the probe
 /// may be inside one metadata request, an HTTP connection inside its own timeout.
@@ -411,27 +413,41 @@ where
     }
 }
 
-/// Every few seconds, ask the brokers for metadata (in a blocking task) and record
-/// whether the producer reaches them: `/readyz` reflects a broker outage even when
-/// no record is being produced. Ends at `stop`, after at most one probe's timeout.
+/// Every [`PROBE_EVERY`], ask whether a broker answers the producer
+/// ([`crate::kafka::probe`]) and record it: `/readyz` reflects a broker outage even
+/// when no record is being produced. The probes block, so they run on a thread of
+/// their own, which sleeps between them: an idle relay's runtime does not wake for
+/// them. Ends at `stop`, after at most one probe's timeout.
 fn probe_producer(
     sink: &KafkaSink,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let probe = Arc::new(sink.prober());
+    let probe = sink.prober();
     async move {
-        loop {
-            let p = probe.clone();
-            let up = tokio::task::spawn_blocking(move || p(PROBE_TIMEOUT))
-                .await
-                .unwrap_or(false);
-            metrics.set_producer_connected(up);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("pgoutbox-probe".into())
+            .spawn(move || loop {
+                metrics.set_producer_connected(probe(PROBE_TIMEOUT));
+                // Woken early only by the sender's drop, at `stop`.
+                if stop_rx.recv_timeout(PROBE_EVERY)
+                    != Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                {
+                    break;
+                }
+            });
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(err) => {
+                tracing::error!(error = %err, "could not start the producer probe thread: /readyz and pgoutbox_producer_connected will not show a broker outage while no record is produced");
+                return;
             }
-        }
+        };
+        stop.cancelled().await;
+        drop(stop_tx);
+        // A probe in progress ends within its timeout; joined off the runtime.
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! The emitter task: every `--heartbeat-interval`, while this relay is active, one
 //! `pg_logical_emit_message(false, 'pgoutbox-heartbeat', …)` on an ordinary SQL
-//! connection to the server the replication stream reads from; every second, whether
-//! the heartbeat went stale (WARN once per episode).
+//! connection to the server the replication stream reads from; and whether the
+//! heartbeat went stale (WARN once per episode), checked at the moment it can go
+//! stale — an idle relay does not wake every second for it.
 //!
 //! Invariants: the connection is re-opened when the stream moved to another server
 //! (failover) or after any failure; one emission waits at most [`EMIT_TIMEOUT`]; a
@@ -22,8 +23,12 @@ use crate::pg::conninfo::HostAddr;
 
 /// Longest wait for one connection attempt or one emission.
 const EMIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often staleness is checked.
+/// How often staleness is checked while it cannot be foreseen (stale already, or
+/// the heartbeat is off): the WARN and its recovery line are at most this late.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long after the foreseen moment the check runs, so the age is past the
+/// maximum by then.
+const CHECK_MARGIN: Duration = Duration::from_millis(1);
 /// Least time between two WARN lines of one run of failures.
 const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -77,8 +82,7 @@ impl Emitter {
     pub(super) async fn run(mut self, stop: CancellationToken) {
         let mut emit = tokio::time::interval(self.interval);
         emit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut check = tokio::time::interval(CHECK_EVERY.min(self.interval));
-        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check_at = tokio::time::Instant::now() + CHECK_EVERY.min(self.interval);
         loop {
             tokio::select! {
                 biased;
@@ -89,8 +93,26 @@ impl Emitter {
                     _ = stop.cancelled() => break,
                     _ = self.tick() => {}
                 },
-                _ = check.tick() => self.check(),
+                _ = tokio::time::sleep_until(check_at) => {
+                    self.check();
+                    check_at = tokio::time::Instant::now() + self.next_check();
+                }
             }
+        }
+    }
+
+    /// How long until the next staleness check: the moment the heartbeat goes stale
+    /// unless one comes back first (which only moves that moment later, so a check
+    /// is never late); every [`CHECK_EVERY`] while stale or off; a standby judges
+    /// nothing, and becoming active restarts the age, so it waits a whole maximum age.
+    fn next_check(&self) -> Duration {
+        let heartbeat = &self.metrics.heartbeat;
+        if self.metrics.role() != Role::Active {
+            return heartbeat.max_age().max(CHECK_EVERY);
+        }
+        match heartbeat.until_stale() {
+            Some(left) if !left.is_zero() => left + CHECK_MARGIN,
+            _ => CHECK_EVERY,
         }
     }
 
@@ -243,6 +265,33 @@ mod tests {
         );
         assert_eq!(emitter.failures.count, 2);
         assert!(emitter.conn.is_none());
+    }
+
+    #[test]
+    fn staleness_is_checked_when_it_can_begin_not_every_second() {
+        let (emitter, metrics, _tx) = unreachable();
+        metrics.heartbeat.enable(Duration::from_secs(60));
+        let next = emitter.next_check();
+        assert!(
+            next > Duration::from_secs(59) && next <= Duration::from_secs(60) + CHECK_MARGIN,
+            "fresh: at the moment the heartbeat would go stale, {next:?}"
+        );
+        metrics.set_role(Role::Standby);
+        assert_eq!(
+            emitter.next_check(),
+            Duration::from_secs(60),
+            "a standby judges nothing; becoming active re-arms the age"
+        );
+        metrics.set_role(Role::Active);
+        metrics.heartbeat.enable(Duration::from_micros(1));
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(
+            emitter.next_check(),
+            CHECK_EVERY,
+            "stale: every second, as before"
+        );
+        metrics.heartbeat.disable();
+        assert_eq!(emitter.next_check(), CHECK_EVERY, "disabled: max age 1 µs");
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 //! - [`config`]: the producer settings pgoutbox insists on, then user overrides.
 //! - [`outage`]: what is logged of broker errors — an outage once, then a
 //!   summary a minute, then its end.
+//! - [`probe`]: [`probe::reaches_a_broker`] — does a client get an answer from a
+//!   broker (brokers-only metadata, constant size whatever the cluster).
 //! - [`producer`]: [`producer::KafkaSink`] — send with backpressure (queue full),
 //!   delivery reports on a channel, error classification (transient / permanent).
 //! - [`wakeup`]: [`wakeup::QueueWakeup`] — librdkafka's main queue wakes the
@@ -11,5 +13,6 @@
 
 pub mod config;
 pub mod outage;
+pub mod probe;
 pub mod producer;
 pub mod wakeup;

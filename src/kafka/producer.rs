@@ -827,7 +827,8 @@ impl KafkaSink {
         self.polled.producer.in_flight_count() + self.held.len() as i32
     }
 
-    /// A blocking probe: can the producer fetch cluster metadata within `timeout`?
+    /// A blocking probe: does a broker answer the producer within `timeout`
+    /// ([`crate::kafka::probe`]: brokers-only metadata)?
     /// Cloneable into a blocking task; it follows [`KafkaSink::renew`]. A success
     /// ends a logged outage. Each probe also serves the producer's main queue, so
     /// client errors and log lines are reported between sessions too (when no
@@ -837,11 +838,7 @@ impl KafkaSink {
         let outage = self.outage.clone();
         move |timeout| {
             let polled = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let up = polled
-                .producer
-                .client()
-                .fetch_metadata(None, timeout)
-                .is_ok();
+            let up = crate::kafka::probe::reaches_a_broker(polled.producer.client(), timeout);
             polled.serve(true);
             if up {
                 outage.reachable();

@@ -169,6 +169,18 @@ impl HeartbeatState {
         self.enabled().then(|| self.age_at(mono_us()))
     }
 
+    /// How long until the heartbeat goes stale if none comes back meanwhile:
+    /// `Some(ZERO)` once it is stale, `None` while disabled. A heartbeat coming back
+    /// (or the relay becoming active) only moves the moment later.
+    pub fn until_stale(&self) -> Option<Duration> {
+        self.until_stale_at(mono_us())
+    }
+
+    fn until_stale_at(&self, now: u64) -> Option<Duration> {
+        self.enabled()
+            .then(|| self.max_age().saturating_sub(self.age_at(now)))
+    }
+
     /// The round trip of the last heartbeat seen.
     pub fn round_trip(&self) -> Option<Duration> {
         (self.seen.load(Ordering::Relaxed) > 0)
@@ -237,6 +249,25 @@ mod tests {
         h.max_age_us.store(1, Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(2)); // the age must pass 1 µs
         h
+    }
+
+    #[test]
+    fn the_time_until_stale_counts_down_from_the_newest_heartbeat() {
+        let h = HeartbeatState::default();
+        assert_eq!(h.until_stale(), None, "disabled: nothing to wait for");
+        h.enable(Duration::from_secs(60));
+        assert!(h.until_stale().unwrap() <= Duration::from_secs(60));
+        let armed = h.armed_us.load(Ordering::Relaxed);
+        let s = |secs: u64| armed + secs * 1_000_000;
+        assert_eq!(h.until_stale_at(s(10)), Some(Duration::from_secs(50)));
+        h.seen(1, s(30));
+        assert_eq!(
+            h.until_stale_at(s(40)),
+            Some(Duration::from_secs(50)),
+            "counted from the newest heartbeat's emission"
+        );
+        assert_eq!(h.until_stale_at(s(95)), Some(Duration::ZERO), "stale");
+        assert_eq!(overdue().until_stale(), Some(Duration::ZERO));
     }
 
     #[test]
