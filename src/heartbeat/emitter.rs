@@ -103,16 +103,19 @@ impl Emitter {
 
     /// How long until the next staleness check: the moment the heartbeat goes stale
     /// unless one comes back first (which only moves that moment later, so a check
-    /// is never late); every [`CHECK_EVERY`] while stale or off; a standby judges
-    /// nothing, and becoming active restarts the age, so it waits a whole maximum age.
+    /// is never late); every [`CHECK_EVERY`] while stale. A standby, or a relay
+    /// whose heartbeat is off, judges nothing, and becoming active or turning the
+    /// heartbeat on restarts the age: it waits a whole maximum age.
     fn next_check(&self) -> Duration {
         let heartbeat = &self.metrics.heartbeat;
         if self.metrics.role() != Role::Active {
             return heartbeat.max_age().max(CHECK_EVERY);
         }
         match heartbeat.until_stale() {
-            Some(left) if !left.is_zero() => left + CHECK_MARGIN,
-            _ => CHECK_EVERY,
+            Some(left) if left.is_zero() => CHECK_EVERY,
+            Some(left) => left + CHECK_MARGIN,
+            // Off: turning it on restarts the age, as becoming active does.
+            None => heartbeat.max_age().max(CHECK_EVERY),
         }
     }
 
@@ -283,6 +286,12 @@ mod tests {
             "a standby judges nothing; becoming active re-arms the age"
         );
         metrics.set_role(Role::Active);
+        metrics.heartbeat.disable();
+        assert_eq!(
+            emitter.next_check(),
+            Duration::from_secs(60),
+            "off (a PostgreSQL 13 server): enabling re-arms the age"
+        );
         metrics.heartbeat.enable(Duration::from_micros(1));
         std::thread::sleep(Duration::from_millis(2));
         assert_eq!(
@@ -290,8 +299,6 @@ mod tests {
             CHECK_EVERY,
             "stale: every second, as before"
         );
-        metrics.heartbeat.disable();
-        assert_eq!(emitter.next_check(), CHECK_EVERY, "disabled: max age 1 µs");
     }
 
     #[tokio::test]
