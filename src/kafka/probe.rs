@@ -41,9 +41,8 @@ pub fn reaches_a_broker<C: ClientContext>(client: &Client<C>, timeout: Duration)
         if options.is_null() {
             return false;
         }
-        // Fails only for an out-of-range value, which `ms` is not: the request
-        // would then keep librdkafka's default timeout, and the wait below still
-        // ends at `timeout`.
+        // Fails only for a value past an hour: the request then keeps librdkafka's
+        // default timeout, and the wait below still ends at `timeout`.
         rdsys::rd_kafka_AdminOptions_set_request_timeout(
             options,
             ms,

@@ -829,7 +829,7 @@ impl KafkaSink {
 
     /// A blocking probe: does a broker answer the producer within `timeout`
     /// ([`crate::kafka::probe`]: brokers-only metadata)?
-    /// Cloneable into a blocking task; it follows [`KafkaSink::renew`]. A success
+    /// For a thread of its own (it blocks); it follows [`KafkaSink::renew`]. A success
     /// ends a logged outage. Each probe also serves the producer's main queue, so
     /// client errors and log lines are reported between sessions too (when no
     /// session asks for deliveries).
