@@ -61,6 +61,8 @@ import tempfile
 import threading
 import time
 
+import wakeups  # bench/wakeups.py: per-thread counters from /proc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPIC_TEMPLATE = "bench.${routedByValue}"
 KEYS, PAD = 1000, 100
@@ -101,15 +103,9 @@ def proc_cpu(pid):
 
 def proc_wakeups(pid):
     """Voluntary context switches of a live process, all threads (≈ the times one of its
-    threads slept and was woken), None once it is gone."""
-    try:
-        total = 0
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                total += next(int(l.split()[1]) for l in f if l.startswith("voluntary_ctxt_switches"))
-        return total
-    except (OSError, IndexError, ValueError, StopIteration):
-        return None
+    threads slept and was woken), None once it is gone: bench/wakeups.py's reading."""
+    threads = wakeups.sample(pid)
+    return sum(voluntary for _, voluntary, _, _ in threads.values()) if threads is not None else None
 
 
 def thread_cpu(pid):
@@ -932,7 +928,7 @@ def live_cpu(runs):
     return relay, backend, relay + backend if relay is not None and backend is not None else None
 
 
-def wakeup_rows(label, runs, backlog_us, wake_us, valid, verdict):
+def wakeup_rows(label, runs, backlog_us, wake_us):
     """The relay's thread wake-ups per event, and the CPU they cost at this machine's
     price of one wake-up from idle: a floor of CPU per event that only fewer
     wake-ups (more events per wake-up, i.e. waiting) can lower."""
@@ -967,7 +963,7 @@ def live_rate_rows(label, rate, runs, backlog_us, before, verdict, wake_us=None)
                      ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms",
                      f"within {limit // 1000} ms of the floor" + (" (issue 16)" if limit == 5000 else ""),
                      verdict(d <= limit if d is not None else None, valid)))
-    rows += wakeup_rows(label, runs, backlog_us, wake_us, valid, verdict)
+    rows += wakeup_rows(label, runs, backlog_us, wake_us)
     rows += kafka_share_rows(label, rate, runs, q, valid, verdict)
     r = prelay / relay if prelay and relay else None
     rows.append((f"{label}: relay CPU µs/event, pgoutbox vs polling relay", fmt(relay, ".1f"), fmt(prelay, ".1f"),
