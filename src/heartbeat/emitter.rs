@@ -108,13 +108,10 @@ impl Emitter {
     /// heartbeat on restarts the age: it waits a whole maximum age.
     fn next_check(&self) -> Duration {
         let heartbeat = &self.metrics.heartbeat;
-        if self.metrics.role() != Role::Active {
-            return heartbeat.max_age().max(CHECK_EVERY);
-        }
-        match heartbeat.until_stale() {
+        let judged = self.metrics.role() == Role::Active;
+        match heartbeat.until_stale().filter(|_| judged) {
             Some(left) if left.is_zero() => CHECK_EVERY,
             Some(left) => left + CHECK_MARGIN,
-            // Off: turning it on restarts the age, as becoming active does.
             None => heartbeat.max_age().max(CHECK_EVERY),
         }
     }
