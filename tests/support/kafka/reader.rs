@@ -1,159 +1,18 @@
-//! Kafka side of the harness: a real tansu broker process per test binary (or per
-//! test that needs to stop it), and a consumer that reads every partition of a set
-//! of topics from the beginning over real sockets.
+//! The verifier's consumer: reads every partition of a set of topics from the
+//! beginning over real sockets, tracking its own positions so that no record is
+//! skipped or read twice, and reporting gaps and re-reads ([`Reader`]).
 //!
-//! tansu is installed pinned (version + sha256) by `scripts/install-tansu.sh` and
-//! keeps data in memory only: a restarted broker starts empty. Its reported end
-//! offsets are unreliable, so the consumer counts records instead.
-//!
-//! A broker can advertise another port than its proxy's ([`BrokerOptions`]), so that
-//! clients reach it through a gate in front (TLS + SASL, see `sasl_gate`).
+//! tansu's reported end offsets are unreliable, so the reader counts records
+//! instead of comparing against end offsets; the same code reads Apache Kafka.
 
 use std::collections::HashMap;
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::proxy::Proxy;
-use super::{on_exit, wait_for, WAIT};
-
-/// A tansu broker on a fixed loopback port. Clients reach it through a [`Proxy`]
-/// (tansu advertises the proxy's port), so a test can take "the broker" away with
-/// [`Broker::stop`] and bring it back with its data intact.
-pub struct Broker {
-    /// The port clients use (the proxy's).
-    pub port: u16,
-    /// The port tansu advertises in metadata (the proxy's unless overridden).
-    advertised: u16,
-    /// The port tansu listens on.
-    backend: u16,
-    datadir: String,
-    child: Mutex<Option<Child>>,
-    proxy: Proxy,
-}
-
-impl Broker {
-    /// The broker shared by the tests of this binary.
-    pub fn shared() -> &'static Broker {
-        static BROKER: OnceLock<Broker> = OnceLock::new();
-        BROKER.get_or_init(Broker::start)
-    }
-
-    /// A new broker of its own (for tests that stop it).
-    pub fn start() -> Broker {
-        Self::start_with(BrokerOptions::default())
-    }
-
-    /// A new broker of its own with `options`.
-    pub fn start_with(options: BrokerOptions) -> Broker {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        };
-        let backend = free();
-        let proxy = Proxy::start(backend);
-        let datadir = format!("/tmp/pgoutbox-test-tansu-{}-{backend}", std::process::id());
-        let broker = Broker {
-            port: proxy.port,
-            advertised: options.advertised_port.unwrap_or(proxy.port),
-            backend,
-            datadir,
-            child: Mutex::new(None),
-            proxy,
-        };
-        broker.spawn_tansu();
-        broker
-    }
-
-    /// `127.0.0.1:port`.
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn spawn_tansu(&self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/start-tansu.sh");
-        let child = Command::new(script)
-            .arg(self.backend.to_string())
-            .arg(&self.datadir)
-            .arg(self.advertised.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tansu (scripts/start-tansu.sh)");
-        on_exit(&format!(
-            "kill -9 {} 2>/dev/null; rm -rf {}",
-            child.id(),
-            self.datadir
-        ));
-        *self.child.lock().unwrap() = Some(child);
-        wait_for("tansu to accept connections", WAIT, || {
-            TcpStream::connect(("127.0.0.1", self.backend)).ok()
-        });
-    }
-
-    /// Take the broker away from clients: every connection is cut, new ones are
-    /// closed at once. The broker process and its data stay.
-    pub fn stop(&self) {
-        self.proxy.down();
-    }
-
-    /// Kill the broker process (SIGKILL): connections through the proxy end, new
-    /// ones are refused. tansu keeps its state in memory, so [`Broker::start_again`]
-    /// brings up a broker that knows no topic, record or producer id of the old one
-    /// — as when a development broker is restarted.
-    pub fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Start a new (empty) broker process on the same port after [`Broker::kill`].
-    pub fn start_again(&self) {
-        self.kill();
-        wait_for("the old tansu to release its port", WAIT, || {
-            std::net::TcpListener::bind(("127.0.0.1", self.backend)).ok()
-        });
-        self.spawn_tansu();
-    }
-
-    /// Let clients reach the broker again.
-    pub fn resume(&self) {
-        self.proxy.up();
-    }
-
-    /// The proxy between clients and the broker, for finer faults (reset,
-    /// black-hole, latency).
-    pub fn proxy(&self) -> &Proxy {
-        &self.proxy
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.proxy.down();
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// How to start a broker of its own.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BrokerOptions {
-    /// Advertise this port instead of the proxy's, e.g. a TLS/SASL gate in front.
-    pub advertised_port: Option<u16>,
-}
+use crate::support::{wait_for, WAIT};
 
 /// One consumed record.
 #[derive(Debug, Clone)]

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# start-kafka.sh — run an Apache Kafka KRaft node (broker + controller) on loopback.
+#
+#   start-kafka.sh start <datadir> [port]   background: format on first use, start, wait
+#                                           until the node serves metadata, print
+#                                           127.0.0.1:<port> (a free port when none given)
+#   start-kafka.sh stop <datadir>           SIGTERM (controlled shutdown), SIGKILL after 60 s
+#   start-kafka.sh run <datadir> <port> [advertised-port]
+#                                           foreground (`exec`s the JVM, so the script's
+#                                           PID is the broker's: the test harness uses this)
+#   start-kafka.sh ready <host:port> [seconds]
+#                                           wait until a broker there answers a Metadata
+#                                           request with at least one broker (default 120 s)
+#
+# The first start in <datadir> writes <datadir>/server.properties and formats
+# <datadir>/data; a later start reuses both, so a node killed and started again keeps
+# its topics, records and producer state (unlike tansu, which keeps nothing).
+# Env (first start only; later starts reuse the written configuration):
+#   KAFKA_NODE_ID          node.id (default 1)
+#   KAFKA_CONTROLLER_PORT  the CONTROLLER listener's port (default: a free one)
+#   KAFKA_VOTERS           controller.quorum.voters (default: this node alone)
+#   KAFKA_CLUSTER_ID       cluster id, 22 characters of base64 (default a fixed one)
+#   KAFKA_PROPERTIES       extra server.properties lines (they win over the defaults)
+# Env (every start):
+#   KAFKA_HEAP             JVM heap flags (default -Xms128m -Xmx768m: three nodes fit
+#                          a 2-core, 24 GB machine beside the tests)
+#   KAFKA_DIR              the install (default: what scripts/install-kafka.sh prints)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+die() { echo "start-kafka: $*" >&2; exit 1; }
+usage() { sed -n '3,14p' "$0" >&2; exit 2; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# ready HOST:PORT SECONDS: a Metadata v1 request for no topic (brokers only) until
+# the answer lists a broker. python3 is already a requirement of the harness (tansu).
+ready() {
+  python3 - "$1" "$2" <<'PY'
+import socket, struct, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+deadline = time.time() + float(sys.argv[2])
+client = b"start-kafka"
+# api_key 3 (Metadata), version 1, correlation 7, client id, topics = [] (brokers only)
+body = struct.pack(">hhih", 3, 1, 7, len(client)) + client + struct.pack(">i", 0)
+req = struct.pack(">i", len(body)) + body
+while True:
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(req)
+            head = s.recv(12, socket.MSG_WAITALL)
+            if len(head) == 12:
+                _, corr, brokers = struct.unpack(">iii", head)
+                if corr == 7 and brokers > 0:
+                    sys.exit(0)
+    except OSError:
+        pass
+    if time.time() > deadline:
+        sys.exit(f"start-kafka: no broker served metadata at {sys.argv[1]} within {sys.argv[2]} s")
+    time.sleep(0.2)
+PY
+}
+
+# configure DATADIR PORT ADVERTISED: write server.properties and format, once.
+configure() {
+  local datadir="$1" port="$2" advertised="$3" conf="$1/server.properties"
+  [[ -f "$conf" ]] && return 0
+  local node="${KAFKA_NODE_ID:-1}"
+  local cport="${KAFKA_CONTROLLER_PORT:-$(free_port)}"
+  local voters="${KAFKA_VOTERS:-$node@127.0.0.1:$cport}"
+  mkdir -p "$datadir"
+  cat >"$conf.tmp" <<EOF
+# Written by scripts/start-kafka.sh on the first start in this directory.
+process.roles=broker,controller
+node.id=$node
+controller.quorum.voters=$voters
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$advertised
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT
+log.dirs=$datadir/data
+num.partitions=3
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=3
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Tests write little: small segments and no fsync policy beyond the defaults.
+log.segment.bytes=16777216
+EOF
+  if [[ -n "${KAFKA_PROPERTIES:-}" ]]; then
+    printf '%s\n' "$KAFKA_PROPERTIES" >>"$conf.tmp"
+  fi
+  cat >"$datadir/log4j2.xml" <<EOF
+<Configuration status="warn">
+  <Appenders>
+    <File name="file" fileName="$datadir/server.log">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Root level="info"><AppenderRef ref="file"/></Root>
+    <Logger name="org.apache.kafka.clients" level="warn"/>
+    <Logger name="kafka.log" level="warn"/>
+    <Logger name="org.apache.kafka.storage" level="warn"/>
+  </Loggers>
+</Configuration>
+EOF
+  java -cp "$libs/*" -Dlog4j2.configurationFile="$datadir/log4j2.xml" kafka.tools.StorageTool format \
+    -t "${KAFKA_CLUSTER_ID:-cGdvdXRib3gtdGVzdHMtMQ}" -c "$conf.tmp" >"$datadir/format.log" 2>&1 \
+    || { cat "$datadir/format.log" >&2; die "formatting $datadir failed"; }
+  mv "$conf.tmp" "$conf"
+}
+
+jvm() {
+  local datadir="$1"
+  # shellcheck disable=SC2086
+  exec java ${KAFKA_HEAP:--Xms128m -Xmx768m} -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Djava.awt.headless=true -Dlog4j2.configurationFile="$datadir/log4j2.xml" \
+    -cp "$libs/*" kafka.Kafka "$datadir/server.properties"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  ready) [[ $# -ge 1 ]] || usage; ready "$1" "${2:-120}"; exit ;;
+  run|start|stop) ;;
+  *) usage ;;
+esac
+[[ $# -ge 1 ]] || usage
+datadir="$1"
+if [[ "$cmd" == stop ]]; then
+  pid="$(cat "$datadir/kafka.pid" 2>/dev/null)" || die "no $datadir/kafka.pid: nothing started there"
+  kill -TERM "$pid" 2>/dev/null || exit 0
+  for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || { rm -f "$datadir/kafka.pid"; exit 0; }; sleep 0.1; done
+  echo "start-kafka: $pid still running 60 s after SIGTERM; killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$datadir/kafka.pid"
+  exit 0
+fi
+
+libs="${KAFKA_DIR:-$("$here/install-kafka.sh")}/libs"
+[[ -d "$libs" ]] || die "$libs not found: run scripts/install-kafka.sh"
+if [[ "$cmd" == run ]]; then
+  [[ $# -ge 2 ]] || usage
+  port="$2"; advertised="${3:-$2}"
+  [[ "$port" =~ ^[0-9]+$ ]] || die "invalid port '$port'"
+  configure "$datadir" "$port" "$advertised"
+  jvm "$datadir"
+fi
+
+# start: in the background, then wait for metadata.
+if [[ -f "$datadir/server.properties" ]]; then
+  port="$(sed -n 's#^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*#\1#p' "$datadir/server.properties")"
+else
+  port="${2:-$(free_port)}"
+fi
+configure "$datadir" "$port" "$port"
+if pid="$(cat "$datadir/kafka.pid" 2>/dev/null)" && kill -0 "$pid" 2>/dev/null; then
+  die "a node already runs from $datadir (pid $pid): start-kafka.sh stop $datadir"
+fi
+nohup "$0" run "$datadir" "$port" >"$datadir/stdout.log" 2>&1 </dev/null &
+echo $! >"$datadir/kafka.pid"
+if ! ready "127.0.0.1:$port" 120; then
+  tail -20 "$datadir/server.log" >&2 2>/dev/null || true
+  exit 1
+fi
+echo "127.0.0.1:$port"

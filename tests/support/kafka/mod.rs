@@ -1,0 +1,9 @@
+//! Kafka side of the harness: the broker a test runs against ([`broker`]:
+//! Apache Kafka by default, tansu with `PGOUTBOX_TEST_BROKER=tansu`) and the
+//! verifier's consumer ([`reader`]).
+
+pub mod broker;
+pub mod reader;
+
+pub use broker::{Broker, BrokerOptions};
+pub use reader::{Consumed, Reader};
