@@ -111,7 +111,7 @@ pub enum RunError {
     #[error(transparent)]
     Http(#[from] crate::http::BindError),
     /// The producer failed fatally for a reason a new producer would meet as well.
-    #[error("the kafka producer stopped on a fatal error: {reason} ({code:?}); a new producer would fail the same way; fix: correct the cause (e.g. grant the relay's principal IDEMPOTENT_WRITE on the cluster and WRITE on its topics) and restart")]
+    #[error("the kafka producer stopped on a fatal error: {reason} ({code:?}); a new producer would fail the same way; fix: correct the cause (e.g. authorization: grant the relay's principal WRITE and DESCRIBE on its topics, `kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:RELAY --operation Write --operation Describe --topic TOPIC`; since Kafka 3.0 WRITE suffices for an idempotent producer, older brokers also need IDEMPOTENT_WRITE on the cluster) and restart")]
     ProducerFatal {
         code: rdkafka::error::RDKafkaErrorCode,
         reason: String,
@@ -222,7 +222,11 @@ async fn relay(
                     standing_by = true;
                 } else {
                     metrics.set_role(Role::Connecting);
-                    tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "replication session interrupted; resuming from the slot");
+                    if ended_stalled(&err) {
+                        tracing::debug!(retry_in = ?delay, "stalled session ended; resuming from the slot with a new producer");
+                    } else {
+                        tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "replication session interrupted; resuming from the slot");
+                    }
                     standing_by = false;
                 }
                 generation = generation.wrapping_add(1);
@@ -248,14 +252,7 @@ async fn relay(
 /// producer too.
 fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError> {
     let Some((code, reason)) = sink.fatal_error() else {
-        let stalled = |e: &PipelineError| matches!(e, PipelineError::Stalled(_));
-        let ended_stalled = match err {
-            RunError::Pipeline(e) | RunError::Poll(crate::poll::PollError::Pipeline(e)) => {
-                stalled(e)
-            }
-            _ => false,
-        };
-        if ended_stalled {
+        if ended_stalled(err) {
             sink.renew()?;
             return Ok(true);
         }
@@ -267,6 +264,17 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
     tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
     sink.renew()?;
     Ok(true)
+}
+
+/// Whether a session ended because its oldest record got no ack within
+/// `--stall-timeout` (already said by the session, once per stall).
+fn ended_stalled(err: &RunError) -> bool {
+    match err {
+        RunError::Pipeline(e) | RunError::Poll(crate::poll::PollError::Pipeline(e)) => {
+            matches!(e, PipelineError::Stalled(_))
+        }
+        _ => false,
+    }
 }
 
 /// `--source poll`: poll sessions until shutdown or a definite error; another
@@ -315,7 +323,11 @@ async fn relay_by_polling(
         } else {
             metrics.set_role(Role::Connecting);
             metrics.set_replication_connected(false);
-            tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "poll session interrupted; the open batch was rolled back and is claimed again");
+            if ended_stalled(&err) {
+                tracing::debug!(retry_in = ?delay, "stalled poll session ended; its batch is claimed again with a new producer");
+            } else {
+                tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "poll session interrupted; the open batch was rolled back and is claimed again");
+            }
             standing_by = false;
             metrics.reconnected();
         }

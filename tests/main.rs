@@ -10,10 +10,12 @@
 
 mod support;
 
+mod apache_kafka;
 mod auth;
 mod capture_seeds;
 mod cleanup;
 mod cli;
+mod cluster;
 mod config;
 mod debezium;
 mod edges;

@@ -1,4 +1,4 @@
-//! `pgoutbox run` end to end: real PostgreSQL, real Kafka-protocol broker (tansu),
+//! `pgoutbox run` end to end: real PostgreSQL, a real broker (Apache Kafka, or tansu),
 //! records read back with rdkafka over real sockets.
 
 use crate::support;
@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use support::kafka::{Broker, Reader};
-use support::verify::{verify, Ledger};
+use support::verify::{acks_in, audit_acks, verify, Ledger};
 use support::workload::{
-    current_lsn, http_get, slot_lsn, spawn_run, start_run, topics, write_events, Workload,
+    current_lsn, http_get, read_acked, slot_lsn, spawn_run, start_run, start_run_audited, topics,
+    write_events, Workload,
 };
 use support::{wait_for, PgCluster, Rng, WAIT};
 
@@ -180,7 +181,7 @@ async fn idle_outbox_on_a_busy_database_does_not_pin_wal() {
 async fn kill_9_mid_stream_loses_nothing() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared();
-    let mut relay = start_run(&db, &broker.addr(), &[]);
+    let mut relay = start_run_audited(&db, &broker.addr(), &[]);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -216,7 +217,8 @@ async fn kill_9_mid_stream_loses_nothing() {
     reader.read_until("some records before the kill", WAIT, |r| r.len() >= 500);
     relay.signal("KILL");
     relay.wait_exit(WAIT);
-    let relay2 = start_run(&db, &broker.addr(), &[]);
+    let mut acks = acks_in(&relay.stderr());
+    let relay2 = start_run_audited(&db, &broker.addr(), &[]);
     reader.read_until("more records after the restart", WAIT, |r| r.len() >= 2_000);
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
@@ -227,8 +229,19 @@ async fn kill_9_mid_stream_loses_nothing() {
         let got: std::collections::HashSet<String> = r.iter().map(|c| c.id()).collect();
         ids.iter().all(|id| got.contains(id))
     });
+    // The broker's side: every record either relay got an ack for is read back at
+    // the acked offset (reading on until each acked offset was reached).
+    acks.extend(acks_in(&relay2.stderr()));
+    read_acked(&mut reader, &acks, WAIT);
+    let audit = audit_acks(&acks, &reader.records);
     let verdict = verify(&ledger, &reader.records);
-    eprintln!("kill -9: {verdict:?}");
+    eprintln!(
+        "kill -9: {verdict:?}; acks audited {} (missing {}, overwritten {})",
+        audit.acked,
+        audit.missing.len(),
+        audit.overwritten.len()
+    );
+    audit.assert_clean();
 
     assert!(
         complete,

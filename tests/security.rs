@@ -288,6 +288,7 @@ fn secure_kafka() -> &'static SecureKafka {
         let gate_port = listener.local_addr().unwrap().port();
         let broker = Broker::start_with(BrokerOptions {
             advertised_port: Some(gate_port),
+            ..BrokerOptions::default()
         });
         let gate = sasl_gate::start(
             listener,

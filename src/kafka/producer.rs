@@ -345,6 +345,20 @@ impl ProducerContext for Context {
         }
         let in_kafka = in_kafka(message);
         let header = |name: &str| message.headers().and_then(|h| header_value(h, name));
+        if outcome.is_ok() {
+            // Where the broker put each acked record, for an audit of a run against
+            // what a consumer reads back (`RUST_LOG=info,pgoutbox::acks=trace`): a
+            // record acked but not read, or one offset acked for two records, is
+            // the broker's fault, not the relay's. Off by default (one atomic load).
+            tracing::trace!(
+                target: "pgoutbox::acks",
+                topic = %message.topic(),
+                partition = message.partition(),
+                offset = message.offset(),
+                id = %id_text_of(header("id")),
+                "acked"
+            );
+        }
         let result = outcome.map_err(|err| {
             delivery_error(
                 &self.scrubber,

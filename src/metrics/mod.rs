@@ -284,11 +284,13 @@ impl Metrics {
         self.oldest_in_flight_age_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// A stall was detected: not ready (with `why`) until the next ack.
-    pub fn stalled(&self, why: String) {
+    /// A stall was detected: not ready (with `why`) until the next ack. Returns
+    /// whether a stall begins here: `false` when the relay is still stalled since
+    /// an earlier one (no ack in between), so the caller says so only once.
+    pub fn stalled(&self, why: String) -> bool {
         *self.stall.lock().unwrap_or_else(|e| e.into_inner()) = why;
         self.stalls.fetch_add(1, Ordering::Relaxed);
-        self.stalled.store(true, Ordering::Relaxed);
+        !self.stalled.swap(true, Ordering::Relaxed)
     }
 
     /// A record was acked: a stall, if any, is over.
@@ -663,7 +665,7 @@ mod tests {
         m.set_replication_connected(true);
         m.set_producer_connected(true);
         m.set_oldest_in_flight_age(std::time::Duration::from_millis(61_500));
-        m.stalled("no kafka ack for 61s".into());
+        assert!(m.stalled("no kafka ack for 61s".into()), "a stall begins");
         assert!(!m.ready());
         assert_eq!(
             m.readiness(),
@@ -675,11 +677,20 @@ mod tests {
             text.contains("pgoutbox_oldest_in_flight_age_seconds 61.5\n"),
             "{text}"
         );
+        assert!(
+            !m.stalled("no kafka ack for 122s".into()),
+            "no ack since: the same stall goes on"
+        );
+        assert!(m.render().contains("pgoutbox_stalls_total 2\n"));
         m.acked();
         assert!(m.ready());
         assert!(!m.readiness().contains("stalled"));
         assert!(
-            m.render().contains("pgoutbox_stalls_total 1\n"),
+            m.stalled("again".into()),
+            "after an ack a stall begins anew"
+        );
+        assert!(
+            m.render().contains("pgoutbox_stalls_total 3\n"),
             "a counter"
         );
     }

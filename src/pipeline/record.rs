@@ -151,10 +151,22 @@ pub fn refused(
     size: usize,
     commit_ms: i64,
 ) -> Option<(KafkaRecord, Invalid)> {
-    if !err.is_too_large()
-        || err.topic == cfg.invalid.dlq_topic
-        || cfg.invalid.action(Cause::TooLarge) == Action::Fail
-    {
+    if cfg.invalid.action(Cause::TooLarge) == Action::Fail {
+        return None;
+    }
+    refused_row(cfg, err, size, commit_ms)
+}
+
+/// [`refused`] whatever the policy: the row the broker refused for its size (not a
+/// dead letter), for [`poison`] to apply `--on-invalid` to (`fail` stops with the
+/// row's table and LSN).
+pub fn refused_row(
+    cfg: &PipelineConfig,
+    err: &DeliveryError,
+    size: usize,
+    commit_ms: i64,
+) -> Option<(KafkaRecord, Invalid)> {
+    if !err.is_too_large() || err.topic == cfg.invalid.dlq_topic {
         return None;
     }
     let refused = err.refused.as_deref();

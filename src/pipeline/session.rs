@@ -254,17 +254,27 @@ impl<'a> Session<'a> {
         let (stall, age) = self.relay.stalled(std::time::Instant::now());
         self.metrics.set_oldest_in_flight_age(age);
         let Some(stall) = stall else { return Ok(()) };
-        tracing::warn!(
-            topic = %stall.record.topic,
-            table = %stall.record.table,
-            lsn = %stall.record.lsn,
-            event_id = %stall.event_id(),
-            age_s = stall.age.as_secs(),
-            in_flight = stall.in_flight,
-            stall_timeout = %humantime::format_duration(stall.timeout),
-            "no kafka ack for the oldest in-flight record within --stall-timeout; replacing the producer and resuming from the slot"
-        );
-        self.metrics.stalled(stall.to_string());
+        // Said once per stall: while no ack came since the last one (a broker
+        // cluster below min.insync.replicas for minutes), each further producer
+        // replacement is a debug line; `/readyz` and the counter show it goes on.
+        if self.metrics.stalled(stall.to_string()) {
+            tracing::warn!(
+                topic = %stall.record.topic,
+                table = %stall.record.table,
+                lsn = %stall.record.lsn,
+                event_id = %stall.event_id(),
+                age_s = stall.age.as_secs(),
+                in_flight = stall.in_flight,
+                stall_timeout = %humantime::format_duration(stall.timeout),
+                "no kafka ack for the oldest in-flight record within --stall-timeout; replacing the producer and resuming from the slot"
+            );
+        } else {
+            tracing::debug!(
+                lsn = %stall.record.lsn,
+                age_s = stall.age.as_secs(),
+                "still no kafka ack since the stall began; replacing the producer again"
+            );
+        }
         Err(PipelineError::Stalled(Box::new(stall)))
     }
 

@@ -109,6 +109,12 @@ impl StallWatch {
         });
     }
 
+    /// The first record of `txn` while it is watched (it has records in flight).
+    pub fn first_of(&self, txn: u64) -> Option<&RecordRef> {
+        let i = self.entries.binary_search_by_key(&txn, |e| e.txn).ok()?;
+        Some(&self.entries[i].first)
+    }
+
     /// A record of `txn` was reported at `now`.
     pub fn progress(&mut self, txn: u64, now: Instant) {
         if let Ok(i) = self.entries.binary_search_by_key(&txn, |e| e.txn) {

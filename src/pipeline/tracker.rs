@@ -84,6 +84,11 @@ impl AckTracker {
         Ok(self.advance())
     }
 
+    /// The commit end LSN of an in-flight transaction, once its Commit was seen.
+    pub fn commit_lsn(&mut self, txn: u64) -> Result<Option<Lsn>, UnknownTxn> {
+        Ok(self.entry(txn)?.end_lsn)
+    }
+
     /// The commit time of an in-flight transaction.
     pub fn commit_time(&mut self, txn: u64) -> Result<i64, UnknownTxn> {
         Ok(self.entry(txn)?.commit_time)

@@ -297,8 +297,11 @@ impl Ack<'_, '_> {
         let (stall, age) = self.relay.stalled(Instant::now());
         self.metrics.set_oldest_in_flight_age(age);
         if let Some(stall) = stall {
-            self.metrics.stalled(stall.to_string());
-            tracing::warn!(error = %stall, "poll batch stalled; rolling it back (nothing marked) and replacing the producer");
+            if self.metrics.stalled(stall.to_string()) {
+                tracing::warn!(error = %stall, "poll batch stalled; rolling it back (nothing marked) and replacing the producer");
+            } else {
+                tracing::debug!(error = %stall, "poll batch still stalled since the stall began; rolling it back again");
+            }
             return Err(PipelineError::Stalled(Box::new(stall)).into());
         }
         if self.notes.is_closed() {

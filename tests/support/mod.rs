@@ -39,16 +39,22 @@ use std::time::{Duration, Instant};
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Poll `condition` until it returns `Some`, or panic after `timeout` with `what`.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut condition: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: Duration, condition: impl FnMut() -> Option<T>) -> T {
+    wait_for_opt(timeout, condition)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Poll `condition` until it returns `Some`, or give `None` after `timeout` (for
+/// a caller that acts on the timeout itself).
+pub fn wait_for_opt<T>(timeout: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = condition() {
-            return v;
+            return Some(v);
         }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if start.elapsed() >= timeout {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

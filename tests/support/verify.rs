@@ -112,3 +112,153 @@ pub fn verify(ledger: &Ledger, records: &[Consumed]) -> Verdict {
     }
     v
 }
+
+/// The relay's environment that makes it log every delivery report it got
+/// ([`acks_in`] reads them back): `pgoutbox::acks` at trace level.
+pub const ACK_LOG: (&str, &str) = ("RUST_LOG", "info,pgoutbox::acks=trace");
+
+/// One delivery report as the relay logged it: where the broker says it put the
+/// record with this `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ack {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub id: String,
+}
+
+/// Every `acked` line of a relay's stderr (run with [`ACK_LOG`]).
+pub fn acks_in(stderr: &str) -> Vec<Ack> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(" acked topic=")? + " acked topic=".len()..];
+            let (topic, rest) = rest.split_once(" partition=")?;
+            let (partition, rest) = rest.split_once(" offset=")?;
+            let (offset, id) = rest.split_once(" id=")?;
+            Some(Ack {
+                topic: topic.to_owned(),
+                partition: partition.parse().ok()?,
+                offset: offset.parse().ok()?,
+                id: id.trim_end().to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Acked records against what a consumer read: the broker's side of a loss.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct AckAudit {
+    /// Delivery reports compared.
+    pub acked: usize,
+    /// Acked, but no record with that id was read at that offset (nor any
+    /// record at all there): the broker acknowledged what it does not serve.
+    pub missing: Vec<Ack>,
+    /// One offset acknowledged for two different records, or read back with
+    /// another record than the one acked there: the broker overwrote a record.
+    pub overwritten: Vec<(Ack, String)>,
+}
+
+impl AckAudit {
+    /// No acked record is missing or overwritten; prints a few of each if so.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.missing.is_empty() && self.overwritten.is_empty(),
+            "the broker acked records it does not serve: {} missing (first: {:?}), {} overwritten (first: {:?}) of {} acked",
+            self.missing.len(),
+            &self.missing[..self.missing.len().min(5)],
+            self.overwritten.len(),
+            &self.overwritten[..self.overwritten.len().min(5)],
+            self.acked
+        );
+    }
+}
+
+/// Compare every ack with the records read (all of each partition, from 0).
+pub fn audit_acks(acks: &[Ack], records: &[Consumed]) -> AckAudit {
+    let mut read: HashMap<(&str, i32, i64), String> = HashMap::new();
+    for r in records {
+        read.insert((r.topic.as_str(), r.partition, r.offset), r.id());
+    }
+    let mut audit = AckAudit {
+        acked: acks.len(),
+        ..AckAudit::default()
+    };
+    let mut first_ack: HashMap<(&str, i32, i64), &str> = HashMap::new();
+    for ack in acks {
+        let at = (ack.topic.as_str(), ack.partition, ack.offset);
+        if let Some(earlier) = first_ack.insert(at, &ack.id) {
+            if earlier != ack.id {
+                audit
+                    .overwritten
+                    .push((ack.clone(), format!("also acked for {earlier}")));
+            }
+        }
+        match read.get(&at) {
+            None => audit.missing.push(ack.clone()),
+            Some(id) if *id != ack.id => audit
+                .overwritten
+                .push((ack.clone(), format!("read back as {id}"))),
+            Some(_) => {}
+        }
+    }
+    audit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumed(topic: &str, partition: i32, offset: i64, id: &str) -> Consumed {
+        let headers = HashMap::from([("id".to_owned(), id.as_bytes().to_vec())]);
+        Consumed {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            key: None,
+            value: None,
+            headers,
+            header_list: Vec::new(),
+            timestamp: None,
+        }
+    }
+
+    #[test]
+    fn an_ack_line_is_read_back_with_its_place_and_id() {
+        let log = "2026-12-03T16:20:00.1Z  INFO relaying outbox to kafka\n\
+                   2026-12-03T16:20:00.2Z TRACE acked topic=db.order partition=2 offset=41 id=<null id>\n";
+        assert_eq!(
+            acks_in(log),
+            vec![Ack {
+                topic: "db.order".into(),
+                partition: 2,
+                offset: 41,
+                id: "<null id>".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn the_audit_names_an_acked_record_not_read_and_an_offset_acked_twice() {
+        let ack = |offset, id: &str| Ack {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            id: id.into(),
+        };
+        let acks = [ack(0, "a"), ack(1, "b"), ack(1, "c"), ack(2, "d")];
+        let read = [consumed("t", 0, 0, "a"), consumed("t", 0, 1, "b")];
+        let audit = audit_acks(&acks, &read);
+        assert_eq!(audit.missing, vec![ack(2, "d")]);
+        assert_eq!(audit.overwritten.len(), 1);
+        assert_eq!(audit.overwritten[0].0, ack(1, "c"));
+        let clean = audit_acks(&acks[..2], &read);
+        assert_eq!(
+            clean,
+            AckAudit {
+                acked: 2,
+                ..AckAudit::default()
+            }
+        );
+    }
+}

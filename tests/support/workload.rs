@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use pgoutbox::pg::lsn::Lsn;
 
 use super::kafka::Reader;
-use super::verify::Ledger;
+use super::verify::{self, Ledger};
 use super::{wait_for, Pgoutbox, Rng, TestDb, WAIT};
 
 /// A random version-4 UUID as text.
@@ -77,6 +77,14 @@ pub fn spawn_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
 /// Start `pgoutbox run` for `db` and wait until it streams.
 pub fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
     start_relay(&run_args(db, broker, extra))
+}
+
+/// [`start_run`] logging every delivery report it gets ([`verify::ACK_LOG`]), for an
+/// audit of the broker's acks against what a consumer reads ([`verify::audit_acks`]).
+pub fn start_run_audited(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
+    let relay = Pgoutbox::spawn_with_env(&run_args(db, broker, extra), &[verify::ACK_LOG]);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
 }
 
 /// Start `pgoutbox <args>` (a `run`, e.g. from [`run_args_via`]) and wait until it
@@ -223,6 +231,22 @@ pub fn read_all(reader: &mut Reader, ledger: &Ledger, timeout: Duration) -> bool
         }
         *seen = records.len();
         missing.is_empty()
+    })
+}
+
+/// Read on until every offset the relay logged an ack for was read, or `timeout`
+/// passed: [`verify::audit_acks`] then compares what is there.
+pub fn read_acked(reader: &mut Reader, acks: &[verify::Ack], timeout: Duration) -> bool {
+    let places: HashSet<(&str, i32, i64)> = acks
+        .iter()
+        .map(|a| (a.topic.as_str(), a.partition, a.offset))
+        .collect();
+    reader.try_read_until(timeout, |records| {
+        let read: HashSet<(&str, i32, i64)> = records
+            .iter()
+            .map(|c| (c.topic.as_str(), c.partition, c.offset))
+            .collect();
+        places.is_subset(&read)
     })
 }
 

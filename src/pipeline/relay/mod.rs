@@ -456,8 +456,9 @@ impl<'a> Relay<'a> {
         err.is_too_large() && record.topic != self.cfg.invalid.dlq_topic
     }
 
-    /// A record of `txn` the broker did not take. Only a size refusal of a row (not
-    /// of a dead letter) whose cause is not set to `fail` becomes a poison row.
+    /// A record of `txn` the broker did not take. A size refusal of a row (not of a
+    /// dead letter) is a poison row (`--on-invalid too-large=…`; `fail` stops naming
+    /// the row's table and LSN); any other refusal ends the session.
     fn on_refused<S: Sink>(
         &mut self,
         sink: &mut S,
@@ -466,10 +467,31 @@ impl<'a> Relay<'a> {
         size: usize,
     ) -> Result<(), PipelineError> {
         let commit_ms = unix_ms(self.tracker.commit_time(txn)?);
-        let Some((record, invalid)) = record::refused(self.cfg, &err, size, commit_ms) else {
+        let Some((record, mut invalid)) = record::refused_row(self.cfg, &err, size, commit_ms)
+        else {
             return Err(err.into());
         };
-        self.poison(sink, invalid, record, txn, Origin::default())
+        // The report names the record, not its change: say where its transaction
+        // lies in the WAL (its first outbox change, and its commit once seen).
+        let first = self.watch.first_of(txn).cloned();
+        let commit = self.tracker.commit_lsn(txn)?;
+        if let Some(first) = &first {
+            invalid.reason += &match commit {
+                Some(commit) => format!(
+                    "; the row is in the transaction whose first outbox change is at {} (committed at {commit})",
+                    first.lsn
+                ),
+                None => format!(
+                    "; the row is in the transaction whose first outbox change is at {}",
+                    first.lsn
+                ),
+            };
+        }
+        let origin = Origin {
+            table: first.as_ref().map(|f| f.table.clone()),
+            lsn: first.as_ref().map(|f| f.lsn.to_string()),
+        };
+        self.poison(sink, invalid, record, txn, origin)
     }
 
     /// The one entry of a poison row of transaction `txn`: apply `--on-invalid`. A

@@ -22,7 +22,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::support::proxy::Proxy;
-use crate::support::{on_exit, wait_for, WAIT};
+use crate::support::{on_exit, wait_for, wait_for_opt, WAIT};
 
 /// Which broker implementation the tests run against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,7 @@ pub struct Broker {
     datadir: String,
     child: Mutex<Option<Child>>,
     proxy: Proxy,
+    options: BrokerOptions,
 }
 
 impl Broker {
@@ -69,16 +70,43 @@ impl Broker {
         BROKER.get_or_init(Broker::start)
     }
 
+    /// An Apache Kafka node shared by the tests of this binary that need what only
+    /// Apache Kafka does: [`Broker::shared`] when that is Apache Kafka already.
+    pub fn shared_kafka() -> &'static Broker {
+        if Kind::from_env() == Kind::Kafka {
+            return Self::shared();
+        }
+        static KAFKA: OnceLock<Broker> = OnceLock::new();
+        KAFKA.get_or_init(|| Self::start_kafka(&[]))
+    }
+
     /// A new broker of its own (for tests that stop it).
     pub fn start() -> Broker {
         Self::start_with(BrokerOptions::default())
     }
 
-    /// A new broker of its own with `options`.
+    /// A new Apache Kafka node of its own, whatever `PGOUTBOX_TEST_BROKER` says.
+    pub fn start_kafka(properties: &[&str]) -> Broker {
+        Self::start_with(BrokerOptions {
+            kind: Some(Kind::Kafka),
+            properties: properties.iter().map(|p| p.to_string()).collect(),
+            ..BrokerOptions::default()
+        })
+    }
+
+    /// A new broker of its own with `options`, serving once this returns.
     pub fn start_with(options: BrokerOptions) -> Broker {
+        let broker = Self::spawned(options);
+        broker.wait_ready();
+        broker
+    }
+
+    /// A broker whose process was started, not yet waited for (the nodes of a
+    /// KRaft cluster serve only once a quorum of them runs).
+    pub(super) fn spawned(options: BrokerOptions) -> Broker {
         let backend = free_port();
         let proxy = Proxy::start(backend);
-        let kind = Kind::from_env();
+        let kind = options.kind.unwrap_or_else(Kind::from_env);
         let tag = match kind {
             Kind::Kafka => "kafka",
             Kind::Tansu => "tansu",
@@ -93,6 +121,7 @@ impl Broker {
             datadir,
             child: Mutex::new(None),
             proxy,
+            options,
         };
         broker.spawn();
         broker
@@ -117,7 +146,16 @@ impl Broker {
                 c.arg("run")
                     .arg(&self.datadir)
                     .arg(self.backend.to_string())
-                    .arg(self.advertised.to_string());
+                    .arg(self.advertised.to_string())
+                    .env("KAFKA_PROPERTIES", self.options.properties.join("\n"));
+                if let Some(heap) = &self.options.heap {
+                    c.env("KAFKA_HEAP", heap);
+                }
+                if let Some(node) = &self.options.node {
+                    c.env("KAFKA_NODE_ID", node.id.to_string())
+                        .env("KAFKA_CONTROLLER_PORT", node.controller_port.to_string())
+                        .env("KAFKA_VOTERS", &node.voters);
+                }
                 c
             }
         };
@@ -129,19 +167,18 @@ impl Broker {
             .unwrap_or_else(|e| panic!("start {:?} broker: {e}", self.kind));
         on_exit(&format!("kill -9 {} 2>/dev/null", child.id()));
         *self.child.lock().unwrap() = Some(child);
-        match self.kind {
-            Kind::Tansu => {
-                wait_for("tansu to accept connections", WAIT, || {
-                    TcpStream::connect(("127.0.0.1", self.backend)).ok()
-                });
-            }
-            Kind::Kafka => self.wait_ready(),
-        }
     }
 
-    /// Wait until the node answers a brokers-only Metadata request on its own
-    /// port (not through the proxy, which a test may hold down).
-    fn wait_ready(&self) {
+    /// Wait until the broker serves: tansu accepts connections; an Apache Kafka
+    /// node answers a brokers-only Metadata request on its own port (not through
+    /// the proxy, which a test may hold down).
+    pub fn wait_ready(&self) {
+        if self.kind == Kind::Tansu {
+            wait_for("tansu to accept connections", WAIT, || {
+                TcpStream::connect(("127.0.0.1", self.backend)).ok()
+            });
+            return;
+        }
         let status = Command::new(script("start-kafka.sh"))
             .args(["ready", &format!("127.0.0.1:{}", self.backend)])
             .arg(START_TIMEOUT.as_secs().to_string())
@@ -175,13 +212,36 @@ impl Broker {
         }
     }
 
-    /// Start the broker process again on the same port after [`Broker::kill`].
+    /// Start the broker process again on the same port after [`Broker::kill`],
+    /// and wait until it serves.
     pub fn start_again(&self) {
+        self.respawn();
+        self.wait_ready();
+    }
+
+    /// Start the process again without waiting for it to serve (a cluster node
+    /// serves only once a quorum runs).
+    pub fn respawn(&self) {
         self.kill();
         wait_for("the old broker to release its port", WAIT, || {
             std::net::TcpListener::bind(("127.0.0.1", self.backend)).ok()
         });
         self.spawn();
+    }
+
+    /// Stop the process with SIGTERM (an Apache Kafka node shuts down in a
+    /// controlled way: its leaderships move first) and wait for it to exit.
+    pub fn terminate(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let exited = wait_for_opt(START_TIMEOUT, || child.try_wait().ok().flatten());
+            if exited.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 
     /// Let clients reach the broker again.
@@ -204,10 +264,28 @@ impl Drop for Broker {
 }
 
 /// How to start a broker of its own.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct BrokerOptions {
     /// Advertise this port instead of the proxy's, e.g. a TLS/SASL gate in front.
     pub advertised_port: Option<u16>,
+    /// This kind whatever `PGOUTBOX_TEST_BROKER` says: a test of what only Apache
+    /// Kafka does (size limits, ACLs, transactions, replication) names it here.
+    pub kind: Option<Kind>,
+    /// Extra `server.properties` lines (Apache Kafka only).
+    pub properties: Vec<String>,
+    /// Membership of a multi-node KRaft cluster (Apache Kafka only).
+    pub node: Option<NodeSpec>,
+    /// JVM heap flags instead of `start-kafka.sh`'s default (Apache Kafka only).
+    pub heap: Option<String>,
+}
+
+/// One node of a KRaft cluster: its id, its controller port and the voters.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub id: u32,
+    pub controller_port: u16,
+    /// `controller.quorum.voters`, e.g. `1@127.0.0.1:9093,2@…`.
+    pub voters: String,
 }
 
 /// A free loopback port (bound and released: the caller binds it soon after).

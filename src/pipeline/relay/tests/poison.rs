@@ -221,3 +221,32 @@ fn a_dead_letter_that_meets_a_full_queue_holds_its_transaction_open() {
     assert_eq!(h.relay.confirmed(), Lsn(0x100));
     assert_eq!(h.relay.stats().produced, 2);
 }
+
+/// A broker's size refusal (a topic's `max.message.bytes`) comes back as a report
+/// that names the record, not its change: the poison row still says where its
+/// transaction lies in the WAL (regression: "at an unknown LSN").
+#[test]
+fn a_broker_size_refusal_names_the_table_and_the_lsn_of_its_transaction() {
+    let cfg = config();
+    let mut h = Harness::new(&cfg);
+    h.begin();
+    h.wal(row("a1", Some("k"))).unwrap();
+    let first = format!("{}", Lsn(h.lsn));
+    h.commit(0x2000);
+    let (_, tag) = h.sink.sent[0];
+    let err = h
+        .deliver(tag, Err(too_large("outbox.event.order", "a1", None)))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("in public.outbox: event a1 at {first}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "the row is in the transaction whose first outbox change is at {first} (committed at 0/2000)"
+        )),
+        "{text}"
+    );
+    assert_eq!(h.relay.confirmed(), Lsn(0), "the slot stays before the row");
+}

@@ -1,0 +1,196 @@
+//! What only a real Apache Kafka broker does, each against a node of its own
+//! (always Apache Kafka, whatever `PGOUTBOX_TEST_BROKER` says): it keeps producer
+//! state across a restart, refuses to create topics when told not to, and
+//! enforces a topic's `max.message.bytes`.
+//!
+//! Every test checks the slot as well as the log: a refusal must never be
+//! confirmed past (the row stays deliverable once the operator fixes the cause).
+
+use crate::support;
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+use pgoutbox::pg::lsn::Lsn;
+use support::kafka::{Broker, Reader};
+use support::verify::{acks_in, audit_acks, verify};
+use support::workload::{
+    current_lsn, read_acked, read_all, slot_lsn, start_run, start_run_audited, topics, Writer,
+    WriterConfig,
+};
+use support::{wait_for, PgCluster, TestDb, WAIT};
+
+const STALL_LINE: &str = "no kafka ack for the oldest in-flight record";
+
+/// Create `topic` (1 partition) with `config` entries.
+async fn create_topic(brokers: &str, topic: &str, config: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client");
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        new = new.set(k, v);
+    }
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin
+        .create_topics([&new], &options)
+        .await
+        .expect("create topic")
+    {
+        result.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+    }
+}
+
+/// One outbox row of aggregate type `kind` with a JSON string payload of `len`
+/// characters; returns the WAL position just after its commit.
+fn insert_row(db: &TestDb<'_>, kind: &str, id: &str, len: usize) -> Lsn {
+    db.psql(&format!(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('{id}', '{kind}', 'k1', 'Created', to_jsonb(repeat('x', {len})))"
+    ));
+    current_lsn(db)
+}
+
+#[test]
+fn a_broker_restart_under_load_loses_nothing_and_does_not_stall() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start_kafka(&[]);
+    let relay = start_run_audited(&db, &broker.addr(), &[]);
+    let writer = Writer::spawn(WriterConfig {
+        url: db.url(),
+        seed: 2601,
+        types: vec!["order"],
+        keys: 10,
+        max_rows: 10,
+        rollbacks: true,
+        pause: Duration::from_millis(5),
+    });
+    let topic = topics(&db, &["order"]);
+    let mut reader = Reader::new(&broker.addr(), &topic);
+    reader.read_until("records before the restart", WAIT, |r| r.len() >= 300);
+    broker.kill();
+    broker.start_again();
+    let at = writer.committed();
+    wait_for("events written after the restart", WAIT, || {
+        (writer.committed() > at + 300).then_some(())
+    });
+    let (ledger, _) = writer.finish();
+    assert!(
+        read_all(&mut reader, &ledger, WAIT * 3),
+        "not every event arrived after the broker restart; relay:\n{}",
+        relay.stderr()
+    );
+    let log = relay.stderr();
+    let acks = acks_in(&log);
+    read_acked(&mut reader, &acks, WAIT);
+    let verdict = verify(&ledger, &reader.records);
+    let audit = audit_acks(&acks, &reader.records);
+    eprintln!(
+        "FIGURES broker kill -9 and restart under load: {verdict:?}; acks audited {}",
+        audit.acked
+    );
+    verdict.assert_no_loss();
+    audit.assert_clean();
+    // Apache Kafka keeps producer state on disk: the idempotent producer goes on
+    // under its producer id, with no UNKNOWN_PRODUCER_ID loop and no stall.
+    assert!(
+        !log.contains("UNKNOWN_PRODUCER_ID") && !log.contains("UnknownProducerId"),
+        "{log}"
+    );
+    assert!(!log.contains(STALL_LINE), "{log}");
+}
+
+/// An operator's mistake, not a poison row: `--on-invalid skip` must not drop good
+/// events because their topic was not created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_without_auto_create_stops_naming_it_and_confirms_nothing() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start_kafka(&["auto.create.topics.enable=false"]);
+    let mut relay = start_run(&db, &broker.addr(), &["--on-invalid", "skip"]);
+    let before = slot_lsn(&db, "confirmed_flush_lsn");
+    let written = insert_row(&db, "nowhere", "00000000-0000-0000-0000-000000000001", 10);
+    let status = relay.wait_exit(WAIT * 2);
+    let log = relay.stderr();
+    let topic = format!("{}.nowhere", db.name);
+    assert!(!status.success(), "{log}");
+    assert!(log.contains(&topic), "names the topic: {log}");
+    assert!(
+        log.contains("auto.create.topics.enable") && log.contains("create the topic"),
+        "gives the fix: {log}"
+    );
+    assert!(!log.contains("poison row"), "not the poison policy: {log}");
+    let confirmed = slot_lsn(&db, "confirmed_flush_lsn");
+    assert!(
+        confirmed < written,
+        "the slot was confirmed to {confirmed} past the row (written up to {written}; before {before})"
+    );
+    // Once the topic exists the same row goes out.
+    create_topic(&broker.addr(), &topic, &[]).await;
+    let _relay = start_run(&db, &broker.addr(), &[]);
+    let mut reader = Reader::new(&broker.addr(), &[topic]);
+    reader.read_until("the row after the topic was created", WAIT, |r| {
+        r.len() == 1
+    });
+}
+
+/// A topic's own limit below the broker's: the broker refuses the record after
+/// the producer took it, so the report names the record, not its change; the
+/// poison row still says where its transaction lies in the WAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison_with_its_lsn() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let topic = format!("{}.small", db.name);
+    create_topic(&broker.addr(), &topic, &[("max.message.bytes", "10000")]).await;
+    let mut relay = start_run(&db, &broker.addr(), &[]);
+    let before = current_lsn(&db);
+    let written = insert_row(&db, "small", "00000000-0000-0000-0000-0000000000b1", 20_000);
+    let status = relay.wait_exit(WAIT * 2);
+    let log = relay.stderr();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("poison row (too-large) in public.outbox"),
+        "{log}"
+    );
+    assert!(!log.contains("an unknown LSN"), "{log}");
+    let at = log
+        .split("the row is in the transaction whose first outbox change is at ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("no LSN in the stop message: {log}"));
+    let at = support::workload::parse_lsn(at);
+    assert!(
+        before <= at && at <= written,
+        "{before} <= {at} <= {written}"
+    );
+    assert!(
+        slot_lsn(&db, "confirmed_flush_lsn") < written,
+        "slot past the row"
+    );
+
+    // The dead-letter policy moves past it, in its transaction's place.
+    let dlq = format!("{}.dlq", db.name);
+    let args = ["--on-invalid", "too-large=dlq", "--dlq-topic", &dlq];
+    let _relay = start_run(&db, &broker.addr(), &args);
+    insert_row(&db, "small", "00000000-0000-0000-0000-0000000000b2", 10);
+    let mut reader = Reader::new(&broker.addr(), std::slice::from_ref(&dlq));
+    reader.read_until("the dead letter", WAIT, |r| !r.is_empty());
+    assert_eq!(
+        reader.records[0].header("id").as_deref(),
+        Some("00000000-0000-0000-0000-0000000000b1")
+    );
+    assert_eq!(
+        reader.records[0].header("pgoutbox.dlq.lsn"),
+        Some(at.to_string())
+    );
+    let mut reader = Reader::new(&broker.addr(), &[topic]);
+    reader.read_until("the next row", WAIT, |r| !r.is_empty());
+    assert_eq!(
+        reader.records[0].id(),
+        "00000000-0000-0000-0000-0000000000b2"
+    );
+}
