@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Zero to an event in Kafka, locally, no Docker: start a private PostgreSQL
-# (wal_level=logical) and a local Kafka-protocol broker (tansu, pinned; Linux x86_64),
+# (wal_level=logical) and a local broker (Apache Kafka where Java and Maven are
+# present, else tansu, a pinned Kafka-protocol broker without a JVM; Linux x86_64),
 # run `pgoutbox run`, insert a demo outbox event in a transaction, and read that record
 # back from Kafka. Everything stays running afterwards.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: scripts/quickstart.sh [start]   build, start PostgreSQL + tansu + the relay, relay one demo event
+usage: scripts/quickstart.sh [start]   build, start PostgreSQL + a broker + the relay, relay one demo event
        scripts/quickstart.sh stop      stop everything the quickstart started
        scripts/quickstart.sh --help    this text
 
@@ -21,6 +22,14 @@ Environment:
                      pids, the relay's state) sit next to it with the same prefix.
                      Default: /tmp/pgoutbox-dev-$USER (one per user).
   CARGO_TARGET_DIR   where cargo builds (default ~/.cache/pgoutbox/target).
+  PGOUTBOX_QUICKSTART_BROKER
+                     kafka: Apache Kafka 4.1 (KRaft, one node; needs Java 17 and Maven:
+                     scripts/install-kafka.sh fetches its jars from Maven Central, and
+                     its topics are readable with Debian's kcat);
+                     tansu: no JVM (Debian's kcat cannot read it: tansu 0.6's ApiVersions
+                     answer makes kcat fail with "Read underflow"; use the bundled
+                     consumer printed at the end);
+                     auto (default): kafka when java and mvn are on PATH, else tansu.
 EOF
 }
 
@@ -51,11 +60,25 @@ stop_relay() {
   rm -f "$state.relay.pid"
 }
 
-if [ "${action:-}" = stop ]; then
-  stop_relay
+# The broker: Apache Kafka where a JVM is at hand, else tansu (see --help).
+case "${PGOUTBOX_QUICKSTART_BROKER:-auto}" in
+  kafka|tansu) broker_kind=$PGOUTBOX_QUICKSTART_BROKER ;;
+  auto) if command -v java >/dev/null && command -v mvn >/dev/null; then broker_kind=kafka; else broker_kind=tansu; fi ;;
+  *) echo "quickstart: PGOUTBOX_QUICKSTART_BROKER=$PGOUTBOX_QUICKSTART_BROKER: expected kafka, tansu or auto" >&2; exit 2 ;;
+esac
+
+stop_brokers() {
   alive "$state.tansu.pid" && kill -KILL "$(cat "$state.tansu.pid")" 2>/dev/null
   rm -f "$state.tansu.pid" "$state.tansu.port"
-  rm -rf "$state.relay-state" "$state.tansu"
+  rm -rf "$state.tansu"
+  if [ -f "$state.kafka/kafka.pid" ]; then scripts/start-kafka.sh stop "$state.kafka"; fi
+  rm -rf "$state.kafka"
+}
+
+if [ "${action:-}" = stop ]; then
+  stop_relay
+  stop_brokers
+  rm -rf "$state.relay-state"
   scripts/dev-postgres.sh stop
   echo "stopped"
   exit 0
@@ -70,16 +93,29 @@ url=$(scripts/dev-postgres.sh start)
 psql -X -q "$url" -f sql/outbox.sql
 echo "    $url"
 
-echo "==> starting a local Kafka-protocol broker (tansu)"
-if alive "$state.tansu.pid"; then
-  port=$(cat "$state.tansu.port")
+if [ "$broker_kind" = kafka ]; then
+  echo "==> starting Apache Kafka (one KRaft node; first time: its jars come from Maven Central)"
+  alive "$state.tansu.pid" && stop_brokers
+  if alive "$state.kafka/kafka.pid"; then
+    port=$(sed -n 's#^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*#\1#p' "$state.kafka/server.properties")
+  else
+    scripts/install-kafka.sh >/dev/null
+    addr=$(scripts/start-kafka.sh start "$state.kafka") || { echo "quickstart: Apache Kafka did not start; its log: $state.kafka/server.log" >&2; exit 1; }
+    port=${addr##*:}
+  fi
 else
-  port=$(free_port)
-  scripts/start-tansu.sh "$port" "$state.tansu" >>"$state.tansu.log" 2>&1 &
-  echo $! > "$state.tansu.pid"
-  echo "$port" > "$state.tansu.port"
-  for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  alive "$state.tansu.pid" || { echo "quickstart: the broker did not start:" >&2; tail -n 20 "$state.tansu.log" >&2; exit 1; }
+  echo "==> starting a local Kafka-protocol broker (tansu)"
+  if alive "$state.kafka/kafka.pid"; then stop_brokers; fi
+  if alive "$state.tansu.pid"; then
+    port=$(cat "$state.tansu.port")
+  else
+    port=$(free_port)
+    scripts/start-tansu.sh "$port" "$state.tansu" >>"$state.tansu.log" 2>&1 &
+    echo $! > "$state.tansu.pid"
+    echo "$port" > "$state.tansu.port"
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+    alive "$state.tansu.pid" || { echo "quickstart: the broker did not start:" >&2; tail -n 20 "$state.tansu.log" >&2; exit 1; }
+  fi
 fi
 brokers="127.0.0.1:$port"
 echo "    $brokers"
@@ -131,4 +167,7 @@ echo "==> the record in Kafka topic outbox.event.order:"
 echo "==> done. Relay log: $state.relay.log; metrics: http://127.0.0.1:$http_port/metrics"
 echo "    debug view: $bin tail --database-url '$url'"
 echo "    read a topic: $CARGO_TARGET_DIR/debug/examples/consume $brokers outbox.event.order 10"
+if [ "$broker_kind" = kafka ]; then
+  echo "    or with kcat:  kcat -b $brokers -C -t outbox.event.order -f '%k %h %s\\n' -e"
+fi
 echo "    stop everything with: scripts/quickstart.sh stop"
