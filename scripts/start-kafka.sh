@@ -21,6 +21,10 @@
 #   KAFKA_VOTERS           controller.quorum.voters (default: this node alone)
 #   KAFKA_CLUSTER_ID       cluster id, 22 characters of base64 (default a fixed one)
 #   KAFKA_PROPERTIES       extra server.properties lines (they win over the defaults)
+#   KAFKA_EXTRA_LISTENERS  more listeners, comma-separated, added to both `listeners`
+#                          and `advertised.listeners` (e.g. SASL_SSL://127.0.0.1:9094)
+#   KAFKA_FORMAT_ARGS      more arguments of `kafka-storage format`, one per line (e.g.
+#                          --add-scram and SCRAM-SHA-512=[name=u,password=p])
 # Env (every start):
 #   KAFKA_HEAP             JVM heap flags (default -Xms128m -Xmx768m: three nodes fit
 #                          a 2-core, 24 GB machine beside the tests)
@@ -77,8 +81,8 @@ process.roles=broker,controller
 node.id=$node
 controller.quorum.voters=$voters
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$advertised
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport${KAFKA_EXTRA_LISTENERS:+,$KAFKA_EXTRA_LISTENERS}
+advertised.listeners=PLAINTEXT://127.0.0.1:$advertised${KAFKA_EXTRA_LISTENERS:+,$KAFKA_EXTRA_LISTENERS}
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT
 log.dirs=$datadir/data
@@ -113,8 +117,10 @@ EOF
   </Loggers>
 </Configuration>
 EOF
+  local format_args=()
+  if [[ -n "${KAFKA_FORMAT_ARGS:-}" ]]; then mapfile -t format_args <<<"$KAFKA_FORMAT_ARGS"; fi
   java -cp "$libs/*" -Dlog4j2.configurationFile="$datadir/log4j2.xml" kafka.tools.StorageTool format \
-    -t "${KAFKA_CLUSTER_ID:-cGdvdXRib3gtdGVzdHMtMQ}" -c "$conf.tmp" >"$datadir/format.log" 2>&1 \
+    -t "${KAFKA_CLUSTER_ID:-cGdvdXRib3gtdGVzdHMtMQ}" -c "$conf.tmp" "${format_args[@]}" >"$datadir/format.log" 2>&1 \
     || { cat "$datadir/format.log" >&2; die "formatting $datadir failed"; }
   mv "$conf.tmp" "$conf"
 }

@@ -1,7 +1,7 @@
 //! What only a real Apache Kafka broker does, each against a node of its own
 //! (always Apache Kafka, whatever `PGOUTBOX_TEST_BROKER` says): it keeps producer
 //! state across a restart, refuses to create topics when told not to, and
-//! enforces a topic's `max.message.bytes`.
+//! enforces a topic's `max.message.bytes` and ACLs.
 //!
 //! Every test checks the slot as well as the log: a refusal must never be
 //! confirmed past (the row stays deliverable once the operator fixes the cause).
@@ -15,11 +15,12 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::ClientConfig;
 
 use pgoutbox::pg::lsn::Lsn;
-use support::kafka::{Broker, Reader};
+use support::kafka::broker::{free_port, Kind};
+use support::kafka::{Broker, BrokerOptions, Reader};
 use support::verify::{acks_in, audit_acks, verify};
 use support::workload::{
-    current_lsn, read_acked, read_all, slot_lsn, start_run, start_run_audited, topics, Writer,
-    WriterConfig,
+    current_lsn, read_acked, read_all, slot_lsn, spawn_run, start_run, start_run_audited, topics,
+    Writer, WriterConfig,
 };
 use support::{wait_for, PgCluster, TestDb, WAIT};
 
@@ -193,4 +194,87 @@ async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison
         reader.records[0].id(),
         "00000000-0000-0000-0000-0000000000b2"
     );
+}
+
+/// KRaft's `StandardAuthorizer`: the relay's principal (SASL/PLAIN user `relay`)
+/// has no ACL on its topic. The relay stops naming the principal, the resource and
+/// the `kafka-acls` command that fixes it, confirms nothing past the row, and
+/// delivers it once the ACL exists. `--on-invalid skip` does not apply: a refusal
+/// of the relay's rights is not a poison row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_without_write_on_its_topic_stops_naming_the_principal_and_the_acl() {
+    let db = PgCluster::shared().fresh_db();
+    let sasl = free_port();
+    let jaas = "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+                org.apache.kafka.common.security.plain.PlainLoginModule required \
+                user_relay=\"relay-secret\";";
+    let broker = Broker::start_with(BrokerOptions {
+        kind: Some(Kind::Kafka),
+        listeners: vec![format!("SASL_PLAINTEXT://127.0.0.1:{sasl}")],
+        properties: [
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            // The plaintext listener (the test's own admin and reader) and the
+            // controllers are ANONYMOUS: super users. The relay comes in over SASL.
+            "super.users=User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
+            "sasl.enabled.mechanisms=PLAIN",
+            jaas,
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..BrokerOptions::default()
+    });
+    let topic = format!("{}.acl", db.name);
+    create_topic(&broker.addr(), &topic, &[]).await;
+    let password = support::temp_dir("acl").join("password");
+    std::fs::write(&password, "relay-secret\n").unwrap();
+    let password = password.display().to_string();
+    let brokers = format!("127.0.0.1:{sasl}");
+    let args = [
+        "--kafka-option",
+        "security.protocol=SASL_PLAINTEXT",
+        "--kafka-option",
+        "sasl.mechanism=PLAIN",
+        "--kafka-option",
+        "sasl.username=relay",
+        "--kafka-sasl-password-file",
+        &password,
+        "--on-invalid",
+        "skip",
+    ];
+    let mut relay = spawn_run(&db, &brokers, &args);
+    let written = insert_row(&db, "acl", "00000000-0000-0000-0000-0000000000a1", 10);
+    let status = relay.wait_exit(WAIT * 2);
+    let log = relay.stderr();
+    eprintln!("without an ACL: {}", log.lines().last().unwrap_or_default());
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("User:relay"), "names the principal: {log}");
+    assert!(log.contains(&topic), "names the topic: {log}");
+    assert!(
+        log.contains("kafka-acls") && log.contains("--operation Write"),
+        "gives the ACL to add: {log}"
+    );
+    assert!(!log.contains("poison row"), "not the poison policy: {log}");
+    assert!(
+        slot_lsn(&db, "confirmed_flush_lsn") < written,
+        "slot past the row"
+    );
+
+    broker.kafka_tool(
+        "org.apache.kafka.tools.AclCommand",
+        &[
+            "--add",
+            "--allow-principal",
+            "User:relay",
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--topic",
+            &topic,
+        ],
+    );
+    let _relay = spawn_run(&db, &brokers, &args);
+    let mut reader = Reader::new(&broker.addr(), &[topic]);
+    reader.read_until("the row once the ACL exists", WAIT, |r| r.len() == 1);
 }

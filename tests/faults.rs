@@ -26,9 +26,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::kafka::{Broker, Reader};
-use support::verify::{verify, Verdict};
+use support::verify::{acks_in, audit_acks, verify, Ack, Verdict};
 use support::workload::{
-    http_get, read_all, spawn_run, start_run, topics, Monitor, Writer, WriterConfig,
+    http_get, read_acked, read_all, spawn_run_audited, start_run_audited, topics, Monitor, Writer,
+    WriterConfig,
 };
 use support::{ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
@@ -156,26 +157,38 @@ pub(crate) fn progress_after_restart(
 }
 
 /// Stop the writer, read everything, verify, print the figures, assert no loss.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn conclude(
     scenario: &str,
     writer: Writer,
     reader: &mut Reader,
     relay: &Pgoutbox,
+    acks: &[Ack],
     monitor: &mut Monitor,
     recoveries: &mut [Duration],
     note: &str,
 ) -> Verdict {
     let (ledger, stats) = writer.finish();
     let complete = read_all(reader, &ledger, WAIT * 10);
+    // Every ack of every relay of the run (killed ones included), and the current
+    // relay's up to now: each acked offset must be read back with its record.
+    let mut acks = acks.to_vec();
+    acks.extend(acks_in(&relay.stderr()));
+    read_acked(reader, &acks, WAIT);
     reader.settle(Duration::from_secs(2));
     let verdict = verify(&ledger, &reader.records);
+    let audit = audit_acks(&acks, &reader.records);
+    for id in &verdict.lost_sample {
+        let acked: Vec<&Ack> = acks.iter().filter(|a| &a.id == id).collect();
+        eprintln!("{scenario}: lost event {id}: the relay's acks for it: {acked:?}");
+    }
     monitor.sample();
     recoveries.sort();
     let ms = |d: Option<Duration>| d.map_or("-".into(), |d| format!("{} ms", d.as_millis()));
     eprintln!(
         "FIGURES {scenario}: written={} delivered={} lost={} unexpected={} reordered={} \
          duplicated_total={} duplicated_max_copies={} recovery_p50={} recovery_max={} \
-         (n={}) peak_retained_wal={:.1} MB writer={stats:?} {note}",
+         (n={}) peak_retained_wal={:.1} MB writer={stats:?} acks_audited={} {note}",
         verdict.committed,
         verdict.delivered,
         verdict.lost,
@@ -187,7 +200,9 @@ pub(crate) fn conclude(
         ms(recoveries.last().copied()),
         recoveries.len(),
         monitor.peak_retained as f64 / (1 << 20) as f64,
+        audit.acked,
     );
+    audit.assert_clean();
     assert!(
         complete,
         "{scenario}: not every committed event arrived: {verdict:?}\nrelay:\n{}",
@@ -259,7 +274,8 @@ fn relay_kill_9_cycles_under_load_lose_nothing() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared().addr();
     let mut monitor = Monitor::new(&db);
-    let mut relay = start_run(&db, &broker, &[]);
+    let mut relay = start_run_audited(&db, &broker, &[]);
+    let mut acks = Vec::new();
     let writer = writer(&db, 1, &scale);
     let mut reader = first_progress(&db, &broker, &relay, &mut monitor);
     let mut rng = Rng::new(42);
@@ -279,8 +295,9 @@ fn relay_kill_9_cycles_under_load_lose_nothing() {
         }
         relay.signal("KILL");
         relay.wait_exit(WAIT);
+        acks.extend(acks_in(&relay.stderr()));
         let before = monitor.wait_inactive().confirmed;
-        relay = spawn_run(&db, &broker, &[]);
+        relay = spawn_run_audited(&db, &broker, &[]);
         if kill_point(cycle + 1, &scale) != KillPoint::Startup {
             recoveries.push(monitor.wait_confirmed_past(
                 &format!("progress after kill #{}", cycle + 1),
@@ -299,6 +316,7 @@ fn relay_kill_9_cycles_under_load_lose_nothing() {
         writer,
         &mut reader,
         &relay,
+        &acks,
         &mut monitor,
         &mut recoveries,
         &note,
@@ -312,7 +330,7 @@ fn postgres_fast_and_immediate_stop_mid_stream_then_start() {
     let db = cluster.fresh_db();
     let broker = Broker::shared().addr();
     let mut monitor = Monitor::new(&db);
-    let mut relay = start_run(&db, &broker, &[]);
+    let mut relay = start_run_audited(&db, &broker, &[]);
     let writer = writer(&db, 2, &scale);
     let mut reader = first_progress(&db, &broker, &relay, &mut monitor);
     let mut rng = Rng::new(43);
@@ -357,6 +375,7 @@ fn postgres_fast_and_immediate_stop_mid_stream_then_start() {
         writer,
         &mut reader,
         &relay,
+        &[],
         &mut monitor,
         &mut recoveries,
         &note,
@@ -371,7 +390,7 @@ fn broker_outage_under_load_holds_the_slot_then_drains() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::start();
     let mut monitor = Monitor::new(&db);
-    let relay = start_run(&db, &broker.addr(), &[]);
+    let relay = start_run_audited(&db, &broker.addr(), &[]);
     let writer = writer(&db, 3, &scale);
     let mut reader = first_progress(&db, &broker.addr(), &relay, &mut monitor);
     let mut recoveries = Vec::new();
@@ -419,6 +438,7 @@ fn broker_outage_under_load_holds_the_slot_then_drains() {
         writer,
         &mut reader,
         &relay,
+        &[],
         &mut monitor,
         &mut recoveries,
         &notes.join("; "),
@@ -431,13 +451,14 @@ fn second_run_on_the_same_slot_stands_by_then_takes_over_after_kill_9() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared().addr();
     let mut monitor = Monitor::new(&db);
-    let mut active = start_run(&db, &broker, &[]);
+    let mut active = start_run_audited(&db, &broker, &[]);
+    let mut acks = Vec::new();
     let writer = writer(&db, 4, &scale);
     let mut reader = first_progress(&db, &broker, &active, &mut monitor);
     let mut takeovers = Vec::new();
     let mut streaming = Vec::new();
     for round in 0..scale.takeovers {
-        let standby = spawn_run(&db, &broker, &[]);
+        let standby = spawn_run_audited(&db, &broker, &[]);
         standby.wait_stderr("standing by", WAIT);
         // Let the active relay deliver a while with the standby waiting; from the
         // second round on long enough for the standby's retry back-off to reach its
@@ -477,6 +498,7 @@ fn second_run_on_the_same_slot_stands_by_then_takes_over_after_kill_9() {
         active.signal("KILL");
         let killed = Instant::now();
         active.wait_exit(WAIT);
+        acks.extend(acks_in(&active.stderr()));
         let before = monitor.wait_sample().confirmed;
         standby.wait_stderr("relaying outbox to kafka", WAIT);
         streaming.push(killed.elapsed());
@@ -499,6 +521,7 @@ fn second_run_on_the_same_slot_stands_by_then_takes_over_after_kill_9() {
         writer,
         &mut reader,
         &active,
+        &acks,
         &mut monitor,
         &mut takeovers,
         &note,

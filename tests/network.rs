@@ -316,7 +316,7 @@ enum Faulty {
     /// A proxy of the test's own between the relay and PostgreSQL; the shared broker.
     Postgres(Proxy),
     /// The proxy of a broker of the test's own; PostgreSQL reached directly.
-    Kafka(Broker),
+    Kafka(Box<Broker>),
 }
 
 /// A test database, continuous writes, and a relay whose PostgreSQL or Kafka link
@@ -336,7 +336,12 @@ impl Link {
     }
 
     fn kafka(seed: u64, extra: &[&str]) -> Link {
-        Self::start(Faulty::Kafka(Broker::start()), cluster().port, seed, extra)
+        Self::start(
+            Faulty::Kafka(Box::new(Broker::start())),
+            cluster().port,
+            seed,
+            extra,
+        )
     }
 
     fn start(faulty: Faulty, pg_port: u16, seed: u64, extra: &[&str]) -> Link {

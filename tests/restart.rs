@@ -212,7 +212,8 @@ fn fast_and_immediate_restarts_under_load_resend_only_what_was_in_flight() {
     let broker = Broker::shared().addr();
     let mut monitor = Monitor::new(&db);
     let in_flight = MAX_IN_FLIGHT.to_string();
-    let relay = support::workload::start_run(&db, &broker, &["--max-in-flight", &in_flight]);
+    let relay =
+        support::workload::start_run_audited(&db, &broker, &["--max-in-flight", &in_flight]);
     let writer = Writer::spawn(WriterConfig {
         url: db.url(),
         seed: 11,
@@ -256,6 +257,7 @@ fn fast_and_immediate_restarts_under_load_resend_only_what_was_in_flight() {
         writer,
         &mut reader,
         &relay,
+        &[],
         &mut monitor,
         &mut recoveries,
         &note,

@@ -1,8 +1,8 @@
 //! Security of a running relay: it runs as the least-privilege role `setup
 //! --print-sql` describes; its metrics endpoint is loopback-only unless exposed on
-//! purpose; Kafka over SASL/SCRAM + TLS works end to end (tansu behind a TLS
-//! terminator) and fails clearly with a wrong CA or password; and Kafka secrets never
-//! reach `config show`, logs or error messages.
+//! purpose; Kafka over SASL/SCRAM-SHA-512 + TLS works end to end (an Apache Kafka
+//! node's own SASL_SSL listener) and fails clearly with a wrong CA or password; and
+//! Kafka secrets never reach `config show`, logs or error messages.
 
 use crate::support;
 
@@ -13,9 +13,9 @@ use std::time::Duration;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use support::kafka::broker::{free_port, Kind};
 use support::kafka::{Broker, BrokerOptions, Reader};
-use support::sasl_gate::{self, Credentials};
-use support::tls::{Pki, Terminator};
+use support::tls::Pki;
 use support::verify::{verify, Ledger};
 use support::workload::{relay_args, start_relay};
 use support::{wait_for, PgCluster, Pgoutbox, TestDb, WAIT};
@@ -254,29 +254,25 @@ fn metrics_on_all_interfaces_is_an_explicit_opt_in() {
 }
 
 // ---------------------------------------------------------------------------------
-// Kafka over SASL/SCRAM-SHA-256 and TLS.
-//
-// tansu 0.6.0 cannot be a SASL_SSL endpoint (TLS flags unusable; SCRAM users cannot be
-// created with its memory storage — see scripts/start-tansu.sh). A gate in front of
-// it does TLS with a test CA and checks SASL/SCRAM-SHA-256 itself, then relays to
-// tansu, which advertises the gate. librdkafka runs its real SASL_SSL path: TLS
-// handshake with certificate and host-name verification, the SCRAM exchange (the
-// gate verifies the client proof; librdkafka verifies the server signature), then
-// produce/fetch.
+// Kafka over SASL/SCRAM-SHA-512 and TLS, on Apache Kafka's own SASL_SSL listener:
+// TLS with a test CA (a PEM key store: key and certificate chain in one file),
+// the SCRAM user created when the node's storage is formatted (`--add-scram`).
+// librdkafka runs its real SASL_SSL path: the TLS handshake with certificate and
+// host-name verification, the SCRAM exchange, then produce/fetch.
 
 /// The relay's SCRAM password: a canary that must never be printed.
 const KAFKA_CANARY: &str = "Kafka-Canary-9d2e71";
 /// A wrong password, also never to be printed.
 const WRONG_CANARY: &str = "Wrong-Canary-5ab03c";
 const KAFKA_USER: &str = "pgoutbox-relay";
+const SCRAM: &str = "SCRAM-SHA-512";
 
 struct SecureKafka {
     _broker: Broker,
-    /// `127.0.0.1:<gate port>`: the only address clients use.
+    /// `127.0.0.1:<SASL_SSL port>`: the only address clients use.
     addr: String,
     pki: Pki,
     rogue: Pki,
-    _gate: Terminator,
 }
 
 fn secure_kafka() -> &'static SecureKafka {
@@ -284,27 +280,36 @@ fn secure_kafka() -> &'static SecureKafka {
     KAFKA.get_or_init(|| {
         let pki = Pki::new("kafka CA");
         let cert = pki.issue("kafka", "localhost", &["127.0.0.1", "localhost"]);
-        let listener = Terminator::reserve();
-        let gate_port = listener.local_addr().unwrap().port();
+        let keystore = secret_file(
+            "kafka-keystore.pem",
+            &format!("{}{}", cert.key_pem, cert.cert_pem),
+        );
+        let port = free_port();
         let broker = Broker::start_with(BrokerOptions {
-            advertised_port: Some(gate_port),
+            kind: Some(Kind::Kafka),
+            listeners: vec![format!("SASL_SSL://127.0.0.1:{port}")],
+            properties: vec![
+                format!("sasl.enabled.mechanisms={SCRAM}"),
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+                 org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    .to_owned(),
+                "listener.name.sasl_ssl.ssl.keystore.type=PEM".to_owned(),
+                format!(
+                    "listener.name.sasl_ssl.ssl.keystore.location={}",
+                    keystore.display()
+                ),
+            ],
+            format_args: vec![
+                "--add-scram".to_owned(),
+                format!("{SCRAM}=[name={KAFKA_USER},password={KAFKA_CANARY}]"),
+            ],
             ..BrokerOptions::default()
         });
-        let gate = sasl_gate::start(
-            listener,
-            &cert,
-            broker.port,
-            Credentials {
-                user: KAFKA_USER.into(),
-                password: KAFKA_CANARY.into(),
-            },
-        );
         SecureKafka {
             _broker: broker,
-            addr: format!("127.0.0.1:{gate_port}"),
+            addr: format!("127.0.0.1:{port}"),
             pki,
             rogue: Pki::new("rogue kafka CA"),
-            _gate: gate,
         }
     })
 }
@@ -321,7 +326,7 @@ fn secret_file(name: &str, text: &str) -> PathBuf {
 fn kafka_security(ca: &std::path::Path, password_file: &std::path::Path) -> Vec<String> {
     [
         "security.protocol=SASL_SSL",
-        "sasl.mechanism=SCRAM-SHA-256",
+        "sasl.mechanism=SCRAM-SHA-512",
         &format!("sasl.username={KAFKA_USER}"),
         &format!("ssl.ca.location={}", ca.display()),
     ]
@@ -366,7 +371,7 @@ fn relay_delivers_over_sasl_scram_and_tls_without_showing_the_password() {
     let ca = kafka.pki.ca_file();
     let reader_config = [
         ("security.protocol", "SASL_SSL"),
-        ("sasl.mechanism", "SCRAM-SHA-256"),
+        ("sasl.mechanism", SCRAM),
         ("sasl.username", KAFKA_USER),
         ("sasl.password", KAFKA_CANARY),
         ("ssl.ca.location", ca.to_str().unwrap()),
@@ -383,7 +388,7 @@ fn relay_delivers_over_sasl_scram_and_tls_without_showing_the_password() {
     let stderr = relay.stderr();
     // The SCRAM exchange really happened (librdkafka's security debug log)…
     assert!(
-        stderr.contains("SCRAM-SHA-256"),
+        stderr.contains(SCRAM),
         "{}",
         &stderr[..stderr.len().min(4000)]
     );
@@ -486,7 +491,7 @@ fn a_wrong_kafka_password_is_a_named_sasl_failure() {
         .find(|l| l.contains("SASL authentication error"))
         .unwrap();
     eprintln!("wrong password: {line}");
-    assert!(line.contains("SCRAM-SHA-256"), "{line}");
+    assert!(line.contains(SCRAM), "{line}");
     assert_no_canary("run with a wrong password", &stderr);
     relay.signal("TERM");
 }

@@ -21,7 +21,6 @@
 
 pub mod kafka;
 pub mod proxy;
-pub mod sasl_gate;
 pub mod standby;
 pub use standby::pg_bindir;
 pub mod tls;

@@ -2,8 +2,6 @@
 //! TLS terminators that sit in front of a server, and [`uses_tls`] to ask PostgreSQL
 //! whether a session is encrypted.
 //!
-//! * the Kafka SASL_SSL gate (`sasl_gate`) builds on the same machinery
-//!   ([`Terminator::serve`]) for the tansu broker, which cannot serve TLS itself.
 //! * [`Terminator::postgres_interceptor`]: a PostgreSQL-aware TLS interceptor — it
 //!   answers the client's SSLRequest, presents its own certificate (one the client
 //!   trusts), opens its own TLS session to the server and relays the bytes. This is
@@ -148,11 +146,6 @@ pub struct Terminator {
 }
 
 impl Terminator {
-    /// Bind a loopback port now, so it can be advertised before the backend starts.
-    pub fn reserve() -> TcpListener {
-        TcpListener::bind("127.0.0.1:0").unwrap()
-    }
-
     /// A PostgreSQL TLS interceptor on a fresh port: it presents `cert` to the client,
     /// and reaches the server at `127.0.0.1:backend` over its own TLS session (trusting
     /// `server_ca`, server name `localhost`).

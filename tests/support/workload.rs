@@ -82,9 +82,14 @@ pub fn start_run(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
 /// [`start_run`] logging every delivery report it gets ([`verify::ACK_LOG`]), for an
 /// audit of the broker's acks against what a consumer reads ([`verify::audit_acks`]).
 pub fn start_run_audited(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
-    let relay = Pgoutbox::spawn_with_env(&run_args(db, broker, extra), &[verify::ACK_LOG]);
+    let relay = spawn_run_audited(db, broker, extra);
     relay.wait_stderr("relaying outbox to kafka", WAIT);
     relay
+}
+
+/// [`spawn_run`] logging every delivery report it gets (see [`start_run_audited`]).
+pub fn spawn_run_audited(db: &TestDb<'_>, broker: &str, extra: &[&str]) -> Pgoutbox {
+    Pgoutbox::spawn_with_env(&run_args(db, broker, extra), &[verify::ACK_LOG])
 }
 
 /// Start `pgoutbox <args>` (a `run`, e.g. from [`run_args_via`]) and wait until it

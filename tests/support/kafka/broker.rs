@@ -147,7 +147,9 @@ impl Broker {
                     .arg(&self.datadir)
                     .arg(self.backend.to_string())
                     .arg(self.advertised.to_string())
-                    .env("KAFKA_PROPERTIES", self.options.properties.join("\n"));
+                    .env("KAFKA_PROPERTIES", self.options.properties.join("\n"))
+                    .env("KAFKA_EXTRA_LISTENERS", self.options.listeners.join(","))
+                    .env("KAFKA_FORMAT_ARGS", self.options.format_args.join("\n"));
                 if let Some(heap) = &self.options.heap {
                     c.env("KAFKA_HEAP", heap);
                 }
@@ -244,6 +246,32 @@ impl Broker {
         }
     }
 
+    /// Run one of Apache Kafka's own command-line tools (`class` from the
+    /// `kafka-tools` jar, e.g. `org.apache.kafka.tools.AclCommand`) against this
+    /// node's own port (not through the proxy); panics with its output on failure.
+    pub fn kafka_tool(&self, class: &str, args: &[&str]) -> String {
+        assert_eq!(self.kind, Kind::Kafka, "{class} needs Apache Kafka");
+        let install = Command::new(script("install-kafka.sh"))
+            .output()
+            .expect("scripts/install-kafka.sh");
+        let dir = String::from_utf8_lossy(&install.stdout).trim().to_owned();
+        let out = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{dir}/libs/*"))
+            .arg(class)
+            .args(["--bootstrap-server", &format!("127.0.0.1:{}", self.backend)])
+            .args(args)
+            .output()
+            .expect("java");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{class} {args:?} failed:\n{text}");
+        text
+    }
+
     /// Let clients reach the broker again.
     pub fn resume(&self) {
         self.proxy.up();
@@ -277,6 +305,11 @@ pub struct BrokerOptions {
     pub node: Option<NodeSpec>,
     /// JVM heap flags instead of `start-kafka.sh`'s default (Apache Kafka only).
     pub heap: Option<String>,
+    /// More listeners, e.g. `SASL_SSL://127.0.0.1:9094` (Apache Kafka only; clients
+    /// reach them directly, not through the proxy).
+    pub listeners: Vec<String>,
+    /// More `kafka-storage format` arguments, e.g. SCRAM users (Apache Kafka only).
+    pub format_args: Vec<String>,
 }
 
 /// One node of a KRaft cluster: its id, its controller port and the voters.
