@@ -116,6 +116,9 @@ pub enum RunError {
         code: rdkafka::error::RDKafkaErrorCode,
         reason: String,
     },
+    /// The broker refused the relay's principal a right (an ACL is missing).
+    #[error(transparent)]
+    NotAuthorized(Box<crate::kafka::authz::NotAuthorized>),
     /// The slot moved behind the relay's back, or the state file is unusable.
     #[error(transparent)]
     Safety(#[from] SafetyError),
@@ -142,6 +145,39 @@ impl RunError {
 /// Run the relay until `shutdown` fires or a definite error occurs. Either way, the
 /// helper tasks it started (HTTP endpoint, producer probe) have ended when it returns.
 pub async fn run(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
+    run_relay(cfg, shutdown)
+        .await
+        .map_err(|err| not_authorized(cfg, err))
+}
+
+/// A refusal of the relay's rights, however it surfaced (a record's delivery
+/// report, or the producer's fatal error at InitProducerId), said with the
+/// principal and the ACL that fixes it.
+fn not_authorized(cfg: &RunConfig, err: RunError) -> RunError {
+    use crate::kafka::authz::{is_authorization, NotAuthorized};
+    let (code, reason, topic) = match &err {
+        RunError::Pipeline(PipelineError::Delivery(d))
+        | RunError::Poll(crate::poll::PollError::Pipeline(PipelineError::Delivery(d)))
+            if is_authorization(d.code) =>
+        {
+            (d.code, d.reason.clone(), Some(d.topic.clone()))
+        }
+        RunError::ProducerFatal { code, reason } if is_authorization(*code) => {
+            (*code, reason.clone(), None)
+        }
+        _ => return err,
+    };
+    let refusal = NotAuthorized::new(
+        &cfg.kafka_options,
+        &cfg.brokers,
+        code,
+        reason,
+        topic.as_deref(),
+    );
+    RunError::NotAuthorized(Box::new(refusal))
+}
+
+async fn run_relay(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
     let mut tasks = Tasks::new();
     // Stops the helper tasks on shutdown and also when the relay ends on an error.

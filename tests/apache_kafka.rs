@@ -242,9 +242,17 @@ async fn a_relay_without_write_on_its_topic_stops_naming_the_principal_and_the_a
         "--on-invalid",
         "skip",
     ];
-    let mut relay = spawn_run(&db, &brokers, &args);
+    // Streaming (its slot exists) before the row is written: librdkafka's fatal
+    // InitProducerId refusal comes first, the relay meets it with the row.
+    let mut relay = start_run(&db, &brokers, &args);
     let written = insert_row(&db, "acl", "00000000-0000-0000-0000-0000000000a1", 10);
-    let status = relay.wait_exit(WAIT * 2);
+    let exited = support::wait_for_opt(WAIT * 2, || relay.child.try_wait().ok().flatten());
+    assert!(
+        exited.is_some(),
+        "the relay did not stop:\n{}",
+        relay.stderr()
+    );
+    let status = relay.wait_exit(WAIT);
     let log = relay.stderr();
     eprintln!("without an ACL: {}", log.lines().last().unwrap_or_default());
     assert!(!status.success(), "{log}");

@@ -8,7 +8,8 @@
 //!    controller quorum is lost too: the harsher case): the relay waits — the slot
 //!    does not move past the waiting events, the stall is logged once, `/readyz`
 //!    answers 503 and the stall counter rises — and drains once one node returns;
-//! 3. a rolling restart (SIGTERM, start, next node) of all three.
+//! 3. a rolling restart of all three (SIGTERM, start, wait until every replica is
+//!    in sync again, next node — as an operator does it).
 //!
 //! At the end: lost 0, per-key order kept, duplicates counted and printed, and
 //! every ack the relay got is read back at its offset ([`audit_acks`]).
@@ -86,12 +87,15 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
          the slot passed the WAL written by then {took:?} later"
     );
     cluster.node(leader).start_again();
+    cluster.wait_in_sync(&topic[0]);
 
-    // 2. Two nodes die: no record can reach two in-sync replicas.
+    // 2. Two nodes die: no record can reach two in-sync replicas. `b` dies first,
+    // `a` last, so `a` is in every partition's last in-sync replica set and its
+    // return alone brings the partitions back (with the controller quorum).
     let stalls_before = relay.stderr().matches(STALL_LINE).count();
     let (a, b) = (1 + leader % 3, 1 + (leader + 1) % 3);
-    cluster.node(a).kill();
     cluster.node(b).kill();
+    cluster.node(a).kill();
     let killed = Instant::now();
     wait_for(
         "the stall to be logged with two nodes down",
@@ -133,6 +137,7 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
     cluster.node(a).start_again();
     let drained = wait_progress(&mut monitor, &relay, "the drain after a node returned");
     cluster.node(b).start_again();
+    cluster.wait_in_sync(&topic[0]);
     eprintln!(
         "FIGURES two of three down: stall logged {detected:?} after the kill, slot held at {} \
          for 10 s; drained {drained:?} after one node returned",
@@ -144,6 +149,7 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
         node.terminate();
         node.start_again();
         wait_progress(&mut monitor, &relay, "progress after a node's restart");
+        cluster.wait_in_sync(&topic[0]);
     }
 
     let (ledger, stats) = writer.finish();

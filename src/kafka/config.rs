@@ -211,6 +211,14 @@ impl KafkaOptions {
         Ok(options)
     }
 
+    /// The value of a setting that is not a secret (`None` for a secret or unset).
+    pub fn plain(&self, key: &str) -> Option<&str> {
+        self.items.iter().find_map(|(k, v)| match v {
+            Value::Plain(v) if k == key => Some(v.as_str()),
+            _ => None,
+        })
+    }
+
     /// Set `key` to a secret (e.g. `sasl.password` from a file), replacing any value.
     pub fn set_secret(&mut self, key: &str, value: Secret) {
         self.set(key, Value::Secret(value));

@@ -1,6 +1,8 @@
 //! The Kafka side: an idempotent producer whose delivery reports flow back to the
 //! pipeline as plain values.
 //!
+//! - [`authz`]: [`authz::NotAuthorized`] — a refusal of the relay's rights, with
+//!   its principal and the `kafka-acls` command that grants them.
 //! - [`config`]: the producer settings pgoutbox insists on, then user overrides.
 //! - [`outage`]: what is logged of broker errors — an outage once, then a
 //!   summary a minute, then its end.
@@ -11,6 +13,7 @@
 //! - [`wakeup`]: [`wakeup::QueueWakeup`] — librdkafka's main queue wakes the
 //!   relay's loop (no polling thread).
 
+pub mod authz;
 pub mod config;
 pub mod outage;
 pub mod probe;

@@ -174,6 +174,35 @@ impl AckAudit {
     }
 }
 
+/// The relay's own side of "lost 0", for a broker that cannot be trusted to serve
+/// what it acked (tansu 0.6: see `reader::a_consumer_starting_inside_a_batch_reads_the_rest_of_it`
+/// and the note on its Fetch racing its Produce): every committed event was either
+/// read back or acked by a relay. Returns the events acked and not served (the
+/// broker's loss), to be printed; fails naming any event no relay got an ack for.
+pub fn assert_acked_or_read(ledger: &Ledger, records: &[Consumed], acks: &[Ack]) -> Vec<String> {
+    let read: std::collections::HashSet<String> = records.iter().map(Consumed::id).collect();
+    let acked: std::collections::HashSet<&str> = acks.iter().map(|a| a.id.as_str()).collect();
+    let mut broker_lost = Vec::new();
+    let mut never_acked = Vec::new();
+    for (id, _) in &ledger.committed {
+        if read.contains(id) {
+            continue;
+        }
+        if acked.contains(id.as_str()) {
+            broker_lost.push(id.clone());
+        } else {
+            never_acked.push(id.clone());
+        }
+    }
+    assert!(
+        never_acked.is_empty(),
+        "{} committed events were neither read back nor acked to any relay (first: {:?})",
+        never_acked.len(),
+        &never_acked[..never_acked.len().min(5)]
+    );
+    broker_lost
+}
+
 /// Compare every ack with the records read (all of each partition, from 0).
 pub fn audit_acks(acks: &[Ack], records: &[Consumed]) -> AckAudit {
     let mut read: HashMap<(&str, i32, i64), String> = HashMap::new();

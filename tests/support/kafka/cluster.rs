@@ -106,6 +106,27 @@ impl KafkaCluster {
             .unwrap_or(0)
     }
 
+    /// Wait until every partition of `topic` has all `n` replicas in sync: what an
+    /// operator waits for before taking the next node down (a node restarted
+    /// catches up first; taking another down before then can leave a partition
+    /// whose last in-sync replica is down, offline until that very node returns).
+    pub fn wait_in_sync(&self, topic: &str) {
+        let n = self.nodes.len();
+        let client = self.client();
+        wait_for(
+            &format!("every replica of {topic} in sync"),
+            WAIT * 3,
+            || {
+                let md = client
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+                    .ok()?;
+                let t = md.topics().iter().find(|t| t.name() == topic)?;
+                (!t.partitions().is_empty() && t.partitions().iter().all(|p| p.isr().len() == n))
+                    .then_some(())
+            },
+        );
+    }
+
     /// The leader of every partition of `topic` (partition id → node id), once
     /// every partition has one.
     pub fn leaders(&self, topic: &str) -> Vec<(i32, i32)> {
