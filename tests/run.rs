@@ -243,9 +243,9 @@ async fn kill_9_mid_stream_loses_nothing() {
         audit.overwritten.len()
     );
     if broker.kind == Kind::Tansu {
-        // tansu can ack records no consumer reads (its own bug, reproduced in
-        // `reader::`): the relay is held to what it controls — every committed
-        // event acked — and what tansu lost is printed.
+        // tansu can ack records a reading consumer never gets (its Fetch can race
+        // a Produce: see `assert_acked_or_read`): the relay is held to what it
+        // controls — every committed event acked — and what tansu lost is printed.
         let tansu_lost = assert_acked_or_read(&ledger, &reader.records, &acks);
         eprintln!(
             "kill -9 on tansu: {} acked events not served by tansu (first: {:?}); missing acked offsets: {:?}",

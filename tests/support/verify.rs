@@ -175,9 +175,14 @@ impl AckAudit {
 }
 
 /// The relay's own side of "lost 0", for a broker that cannot be trusted to serve
-/// what it acked (tansu 0.6: see `reader::a_consumer_starting_inside_a_batch_reads_the_rest_of_it`
-/// and the note on its Fetch racing its Produce): every committed event was either
-/// read back or acked by a relay. Returns the events acked and not served (the
+/// what it acked: every committed event was either read back or acked by a relay.
+///
+/// tansu 0.6.0 (`tansu-storage/src/dynostore.rs`): a Produce raises the partition's
+/// high watermark (a compare-and-swap) *before* it stores its batch; a Fetch in
+/// between sees the watermark past both batches of two concurrent producers (a
+/// killed relay's requests still in flight and its successor's) but only the later
+/// batch, serves it, and the consumer moves past the earlier one — which is then
+/// acked and never read by a consumer that reads on. Returns the events acked and not served (the
 /// broker's loss), to be printed; fails naming any event no relay got an ack for.
 pub fn assert_acked_or_read(ledger: &Ledger, records: &[Consumed], acks: &[Ack]) -> Vec<String> {
     let read: std::collections::HashSet<String> = records.iter().map(Consumed::id).collect();
