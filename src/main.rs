@@ -20,7 +20,7 @@ use pgoutbox::config::{self, validate_slot, RoutingConfig};
 use pgoutbox::exit::{self, Coded, Status};
 use pgoutbox::ops::check::{self as checks, CheckInput, CheckMode, TemplateInput};
 use pgoutbox::ops::cleanup::{CleanupInput, CleanupMode, CleanupTable};
-use pgoutbox::pg::catalog::Ensured;
+use pgoutbox::pg::source::catalog::Ensured;
 use pgoutbox::report::Report;
 
 fn main() -> ExitCode {
@@ -236,7 +236,7 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
             text.push_str(&format!("{statement}\n"));
         }
         text.push_str("\n-- least-privilege role for the relay\n");
-        for statement in pgoutbox::pg::catalog::grants_sql(&args.role, &source.tables) {
+        for statement in pgoutbox::pg::source::catalog::grants_sql(&args.role, &source.tables) {
             text.push_str(&format!("{statement}\n"));
         }
         return print(&text);
@@ -277,7 +277,7 @@ async fn setup_poll(args: SetupArgs) -> anyhow::Result<()> {
             text.push_str(&format!(
                 "GRANT SELECT, UPDATE ON {} TO {};\n",
                 table.quoted(),
-                pgoutbox::pg::replication::quote_ident(&args.role)
+                pgoutbox::pg::names::quote_ident(&args.role)
             ));
         }
         return print(&text);

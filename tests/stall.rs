@@ -17,7 +17,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use pgoutbox::ops::status::status;
-use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::client::conninfo::ConnInfo;
 use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};

@@ -11,12 +11,12 @@
 //!  ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
 //! ```
 //!
-//! Channel binding follows `channel_binding` (see [`crate::pg::channel_binding`]): over
+//! Channel binding follows `channel_binding` (see [`crate::pg::client::channel_binding`]): over
 //! TLS, SCRAM-SHA-256-PLUS binds the login to the server certificate the TLS session
 //! saw; with `require`, a connection that cannot bind fails before any password is sent.
 //!
 //! With several hosts, [`PgConnection::connect`] walks them with
-//! [`crate::pg::host_walk`] (order, `target_session_attrs`, one error listing every
+//! [`crate::pg::client::host_walk`] (order, `target_session_attrs`, one error listing every
 //! host); TCP keepalives follow the `keepalives*` settings.
 //!
 //! Invariants: every wait on the server is bounded by `connect_timeout` during
@@ -37,11 +37,13 @@ use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::pg::channel_binding::{self, Plan, Refusal, TlsBinding};
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation};
-use crate::pg::host_walk::{self, HostAttempt, NoHostAccepted, WalkError};
-use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
-use crate::pg::tls::{self, TlsError};
+use crate::pg::client::channel_binding::{self, Plan, Refusal, TlsBinding};
+use crate::pg::client::conninfo::{
+    ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation,
+};
+use crate::pg::client::frame::{parse_backend, Backend, ProtocolError};
+use crate::pg::client::host_walk::{self, HostAttempt, NoHostAccepted, WalkError};
+use crate::pg::client::tls::{self, TlsError};
 
 /// SQLSTATE 08P01: the peer broke the protocol. Class 08 is otherwise transient
 /// (connection trouble); a protocol violation does not go away by reconnecting.
@@ -280,7 +282,7 @@ pub struct PgConnection {
 
 impl PgConnection {
     /// Connect to the first acceptable host of `info` (in the order and by the
-    /// `target_session_attrs` of [`crate::pg::host_walk`]) and authenticate. With
+    /// `target_session_attrs` of [`crate::pg::client::host_walk`]) and authenticate. With
     /// `replication` the session is a walsender (`replication=database`), on which the
     /// state check's SQL runs in simple-query mode (PostgreSQL 10+).
     pub async fn connect(info: &ConnInfo, replication: bool) -> Result<Self, PgError> {
