@@ -5,11 +5,11 @@
 //! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
 //! - [`config`]: raw arguments → each room's own settings struct; only `main`, `cli`
 //!   and `config` know clap and config types. It holds the TOML
-//!   file layer ([`config::file`]), the Debezium option names ([`config::router_keys`])
+//!   file layer ([`config::file`]), the Debezium option names ([`cli::router_keys`])
 //!   and `config import-debezium` ([`config::debezium`]).
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`report`]: how an error is printed (the one rule for error messages);
-//!   [`exit`]: the binary's exit statuses.
+//!   [`exit`]: the binary's exit statuses; [`failure`]: which error exits with which.
 //! - [`pg`]: PostgreSQL, in two rooms and three leaves. [`pg::client`] is the wire
 //!   client ([`pg::client::conninfo`] libpq connection strings,
 //!   [`pg::client::host_walk`] how both connections walk a multi-host list,
@@ -50,6 +50,7 @@
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod failure;
 pub mod heartbeat;
 pub mod http;
 pub mod kafka;

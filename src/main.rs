@@ -17,7 +17,8 @@ use pgoutbox::cli::{
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
-use pgoutbox::exit::{self, Coded, Status};
+use pgoutbox::exit::{Coded, Status};
+use pgoutbox::failure;
 use pgoutbox::ops::check::{self as checks, CheckInput, CheckMode, TemplateInput};
 use pgoutbox::ops::cleanup::{CleanupInput, CleanupMode, CleanupTable};
 use pgoutbox::pg::source::catalog::Ensured;
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
 /// reason a process ended is never dropped.
 fn fail(format: LogFormat, err: &anyhow::Error) -> ExitCode {
     let error: &(dyn std::error::Error + 'static) = err.as_ref();
-    let status = exit::status_of(error);
+    let status = failure::status_of(error);
     if status == Status::BrokenPipe {
         return ExitCode::from(status.code());
     }

@@ -8,7 +8,7 @@
 //! (`run`).
 //!
 //! - [`file`](mod@file): the TOML file layer (flag > env > file > default);
-//! - [`router_keys`]: the one table of Debezium Outbox Event Router option names;
+//! - the Debezium Outbox Event Router option names live in [`crate::cli::router_keys`];
 //! - [`debezium`]: `config import-debezium`, a connector configuration → TOML.
 //!
 //! Invariants: only `main`, `cli` and this module know clap and config types (no
@@ -17,7 +17,6 @@
 
 pub mod debezium;
 pub mod file;
-pub mod router_keys;
 
 use std::time::Duration;
 
