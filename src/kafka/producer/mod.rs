@@ -44,157 +44,47 @@
 //! [`OutageLog`] shared by every producer of the
 //! sink, so an outage is logged once and summarized, not once per retry (all of
 //! them count in `pgoutbox_kafka_client_errors_total`).
+//!
+//! # Layout
+//! - here: [`KafkaSink`] — create and renew producers, `send`, hand over, serve;
+//! - `outcome`: [`Delivery`], [`DeliveryError`] and the error classification
+//!   ([`is_permanent`], [`is_too_large`]);
+//! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
+//!   and the one-poller-at-a-time serving of the main queue;
+//! - `rounds`: which records wait for the round in flight, and for how long.
 
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext, Message};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::mpsc;
-
+use self::context::Context;
+use self::context::Outage;
+use self::context::Polled;
+use self::outcome::delivery_error;
+use self::outcome::header_value;
+use self::rounds::base_record;
+use self::rounds::headers_of;
+use self::rounds::HeldRecord;
+use self::rounds::Record;
+use self::rounds::FLUSH_STEP;
 use crate::kafka::config::Scrubber;
-use crate::kafka::outage::{self, OutageLog, SUMMARY_EVERY};
 use crate::kafka::wakeup::QueueWakeup;
 use crate::metrics::Metrics;
-
 use crate::outbox::event::EVENT_TYPE_HEADER;
-use crate::outbox::record::{id_text_of, size_of, KafkaRecord};
+use crate::outbox::record::id_text_of;
+use crate::outbox::record::KafkaRecord;
+use rdkafka::error::KafkaError;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::Mutex;
+use tokio::sync::mpsc;
 
-/// The outcome of one record.
-#[derive(Debug)]
-pub struct Delivery {
-    /// The tag given to [`KafkaSink::send`].
-    pub tag: usize,
-    /// Bytes the record counted in flight ([`KafkaRecord::size`]).
-    pub size: usize,
-    /// Acked, or why not.
-    pub result: Result<(), DeliveryError>,
-    /// How long librdkafka had the record: from the hand-over to this report being
-    /// served (its queue, `linger.ms`, the request, the broker, the response). The
-    /// Kafka share of commit → ack. `None` for a record librdkafka never took.
-    pub in_kafka: Option<std::time::Duration>,
-}
+mod context;
+mod outcome;
+mod rounds;
 
-/// A record librdkafka could not deliver.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("kafka did not accept event {event_id} for topic {topic:?}: {reason} ({code:?}){}", fix_for(*code))]
-pub struct DeliveryError {
-    /// librdkafka's error code.
-    pub code: RDKafkaErrorCode,
-    /// Its description.
-    pub reason: String,
-    /// Destination topic.
-    pub topic: String,
-    /// The `id` header of the record.
-    pub event_id: String,
-    /// Whether retrying the same record can never succeed.
-    pub permanent: bool,
-    /// The refused record's key and `event_type` header, kept for a dead letter
-    /// when the broker refused the record's size (`None` otherwise).
-    pub refused: Option<Box<RefusedRecord>>,
-}
-
-/// What a dead letter needs of a record the broker refused.
-#[derive(Debug, Clone)]
-pub struct RefusedRecord {
-    /// Record key.
-    pub key: Option<bytes::Bytes>,
-    /// Header `event_type`.
-    pub event_type: Option<bytes::Bytes>,
-}
-
-impl DeliveryError {
-    /// Whether the record was refused for its size (by librdkafka or the broker).
-    pub fn is_too_large(&self) -> bool {
-        is_too_large(self.code)
-    }
-}
-
-/// Whether a Kafka error code means "this record is too large".
-pub fn is_too_large(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize
-    )
-}
-
-fn fix_for(code: RDKafkaErrorCode) -> &'static str {
-    use RDKafkaErrorCode as E;
-    match code {
-        E::MessageSizeTooLarge | E::InvalidMessageSize => {
-            "; fix: raise the broker's message.max.bytes (and --kafka-option message.max.bytes=…), or make the payload smaller"
-        }
-        E::TopicAuthorizationFailed => "; fix: grant the relay's principal WRITE on the topic",
-        E::UnknownTopicOrPartition | E::UnknownTopic => {
-            "; fix: create the topic, or enable auto.create.topics.enable on the brokers"
-        }
-        E::InvalidTopic => "; fix: change --topic-template so it yields a legal topic name (an UPDATE of the row changes nothing: the relay reads the row as it was inserted)",
-        _ => "",
-    }
-}
-
-/// Whether a Kafka error code means the record can never be delivered as is.
-pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
-    use RDKafkaErrorCode as E;
-    matches!(
-        code,
-        E::MessageSizeTooLarge
-            | E::InvalidMessageSize
-            | E::MessageBatchTooLarge
-            | E::TopicAuthorizationFailed
-            | E::ClusterAuthorizationFailed
-            | E::UnknownTopicOrPartition
-            | E::UnknownTopic
-            | E::InvalidTopic
-            | E::InvalidRecord
-            | E::PolicyViolation
-            | E::InvalidRequiredAcks
-            | E::Fatal
-            | E::InvalidArgument
-    )
-}
-
-/// A record's key and `event_type` header value: what a dead letter of a size
-/// refusal keeps.
-type Refusable<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
-
-/// The [`DeliveryError`] for `err` on a record of `topic`: the one place its code,
-/// scrubbed reason and permanence are derived. `refusable` is the record's key and
-/// `event_type` header, kept (copied) for a dead letter when `err` is a size
-/// refusal; `None` when the caller still holds the whole record.
-fn delivery_error(
-    scrubber: &Scrubber,
-    err: &KafkaError,
-    topic: String,
-    event_id: String,
-    refusable: Option<Refusable<'_>>,
-) -> DeliveryError {
-    let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-    let copy = |b: Option<&[u8]>| b.map(bytes::Bytes::copy_from_slice);
-    DeliveryError {
-        code,
-        reason: scrubber.scrub(&err.to_string()),
-        topic,
-        event_id,
-        permanent: is_permanent(code),
-        refused: refusable
-            .filter(|_| is_too_large(code))
-            .map(|(key, event_type)| {
-                Box::new(RefusedRecord {
-                    key: copy(key),
-                    event_type: copy(event_type),
-                })
-            }),
-    }
-}
-
-/// The value of the first header called `name` (`None` also for a null value).
-fn header_value<'a, H: Headers>(headers: &'a H, name: &str) -> Option<&'a [u8]> {
-    headers.iter().find(|h| h.key == name).and_then(|h| h.value)
-}
+pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
+pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
 
 /// Why `send` did not take a record.
 #[derive(Debug, thiserror::Error)]
@@ -213,322 +103,6 @@ pub enum SendError {
 #[error("cannot create the Kafka producer: {message}")]
 pub struct CreateError {
     message: String,
-}
-
-struct Context {
-    deliveries: mpsc::UnboundedSender<Delivery>,
-    /// Records librdkafka took and has not reported yet (the round gate's count;
-    /// librdkafka's own `outq_len` also counts queued error and log events).
-    unreported: Arc<AtomicUsize>,
-    metrics: Arc<Metrics>,
-    scrubber: Scrubber,
-    outage: Arc<Outage>,
-}
-
-/// The outage log shared by the producers of one sink, with a flag read lock-free
-/// on every delivery.
-struct Outage {
-    log: Mutex<OutageLog>,
-    down: AtomicBool,
-}
-
-impl Outage {
-    fn new() -> Self {
-        Self {
-            log: Mutex::new(OutageLog::new(SUMMARY_EVERY)),
-            down: AtomicBool::new(false),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, OutageLog> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A broker answered: ends an outage (logged once).
-    fn reachable(&self) {
-        if !self.down.load(Ordering::Relaxed) {
-            return;
-        }
-        let report = {
-            let mut log = self.lock();
-            self.down.store(false, Ordering::Relaxed);
-            log.on_up(std::time::Instant::now())
-        };
-        if let Some(report) = report {
-            outage::log(report);
-        }
-    }
-}
-
-impl Context {
-    /// Count a client error or warning and log what [`OutageLog`] says to.
-    fn report(&self, kind: &str, all_down: bool, text: String) {
-        self.metrics.kafka_client_error();
-        let now = std::time::Instant::now();
-        let report = {
-            let mut log = self.outage.lock();
-            let report = log.on_error(now, kind, all_down, text);
-            self.outage.down.store(log.is_down(), Ordering::Relaxed);
-            report
-        };
-        if let Some(report) = report {
-            outage::log(report);
-        }
-    }
-}
-
-impl ClientContext for Context {
-    fn error(&self, error: KafkaError, reason: &str) {
-        // Broker-level trouble (all brokers down, TLS, SASL, …): librdkafka keeps
-        // retrying; records stay in flight, so the slot does not move meanwhile.
-        let code = error.rdkafka_error_code();
-        let all_down = code == Some(RDKafkaErrorCode::AllBrokersDown);
-        if all_down {
-            self.metrics.set_producer_connected(false);
-        }
-        let error = self.scrubber.scrub(&error.to_string());
-        let reason = self.scrubber.scrub(reason);
-        if code == Some(RDKafkaErrorCode::Fatal) {
-            self.metrics.kafka_client_error();
-            tracing::error!(error = %error, reason = %reason, "kafka client error");
-            return;
-        }
-        let source = code.map_or_else(|| "other".to_owned(), |c| format!("{c:?}"));
-        self.report(
-            &outage::kind(&source, &reason),
-            all_down,
-            format!("{error}: {reason}"),
-        );
-    }
-
-    /// librdkafka's own log lines (its `debug` setting), scrubbed, as tracing events
-    /// with target `librdkafka`; warnings and errors (connection failures repeat
-    /// with every reconnect) go through the outage log, per facility.
-    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        let message = self.scrubber.scrub(message);
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error
-            | RDKafkaLogLevel::Warning => {
-                let kind = outage::kind(&format!("librdkafka {facility}"), &message);
-                self.report(&kind, false, message)
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(target: "librdkafka", facility, "{message}")
-            }
-            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
-        }
-    }
-}
-
-impl ProducerContext for Context {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, tag: usize) {
-        self.unreported.fetch_sub(1, Ordering::Relaxed);
-        let (message, outcome) = match result {
-            Ok(m) => (m, Ok(())),
-            Err((err, m)) => (m, Err(err.clone())),
-        };
-        if outcome.is_ok() {
-            self.outage.reachable();
-        }
-        let size = size_of(message.topic(), message.key(), message.payload());
-        match &outcome {
-            Ok(()) => {
-                self.metrics.published(message.topic());
-                self.metrics.set_producer_connected(true);
-            }
-            Err(_) => self.metrics.failed(message.topic()),
-        }
-        let in_kafka = in_kafka(message);
-        let header = |name: &str| message.headers().and_then(|h| header_value(h, name));
-        let result = outcome.map_err(|err| {
-            delivery_error(
-                &self.scrubber,
-                &err,
-                message.topic().to_owned(),
-                id_text_of(header("id")),
-                Some((message.key(), header(EVENT_TYPE_HEADER))),
-            )
-        });
-        // The receiver is gone only when the relay is shutting down.
-        let _ = self.deliveries.send(Delivery {
-            tag,
-            size,
-            result,
-            in_kafka,
-        });
-    }
-}
-
-/// librdkafka's own clock of `message`: the time since it was handed over.
-fn in_kafka(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<std::time::Duration> {
-    // SAFETY: `ptr` is the live message of the delivery report being served;
-    // `rd_kafka_message_latency` only reads its enqueue time.
-    let micros = unsafe { rdkafka::bindings::rd_kafka_message_latency(message.ptr()) };
-    u64::try_from(micros)
-        .ok()
-        .map(std::time::Duration::from_micros)
-}
-
-/// Main-queue events served per [`Polled::serve`] at most (each may carry many
-/// delivery reports), so one call never holds the caller for long.
-const SERVE_BATCH: usize = 1024;
-
-/// One librdkafka producer with the wake-up on its main queue.
-struct Polled {
-    /// Declared before `producer`: released before it (see [`QueueWakeup`]).
-    wakeup: QueueWakeup,
-    /// Shared with the producer's [`Context`].
-    unreported: Arc<AtomicUsize>,
-    producer: BaseProducer<Context>,
-    /// Held while serving the main queue: one poller at a time, so reports reach
-    /// the channel in the order librdkafka queued them.
-    serving: Mutex<()>,
-}
-
-impl Polled {
-    /// Serve the main queue until it is empty (delivery reports to the channel,
-    /// client errors and log lines to [`Context`]), unless another thread is at it.
-    /// Without `force`, only when librdkafka signalled since the last serve.
-    fn serve(&self, force: bool) {
-        let _serving = match self.serving.try_lock() {
-            Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(guard)) => guard.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return,
-        };
-        // Nothing landed on the empty queue since the last serve (which left it
-        // empty): no need to take librdkafka's queue lock.
-        if !self.wakeup.take() && !force {
-            return;
-        }
-        for _ in 0..SERVE_BATCH {
-            if self.wakeup.pending() == 0 {
-                return;
-            }
-            self.producer.poll(std::time::Duration::ZERO);
-        }
-        // Left non-empty: librdkafka signals only an empty queue's first event.
-        self.wakeup.rearm();
-    }
-}
-
-/// Records of its own an idempotent librdkafka producer holds in flight beyond
-/// which the next record waits for a round trip: librdkafka (2.12) sends a new
-/// request for a partition only while fewer than 5 of its *records* (the limit
-/// meant for requests, `RD_KAFKA_IDEMP_MAX_INFLIGHT`) are in flight, and while a
-/// record waits behind them its broker thread polls with a zero timeout until the
-/// ack: a busy loop (measured with 5,000 one-row transactions/s: its broker thread
-/// cost 45–64 µs of CPU per event, and 97 % of its `poll` calls had a zero
-/// timeout). Records the relay produces
-/// meanwhile are held by [`KafkaSink`] instead, and go together once the round is
-/// acked: the same wait, without the spin, and one request instead of several.
-/// Counting every partition's records together makes this stricter than
-/// librdkafka's per-partition limit: with several partitions a record may wait one
-/// round trip that librdkafka would have sent at once.
-pub const ROUND_AT: usize = 5;
-
-/// Records of at least this size (topic + key + value) are never held: the held
-/// ones go first, then this one at once, so a size refusal comes back from
-/// [`KafkaSink::send`] itself, with everything the relay knows of the row (a
-/// held record's refusal arrives as its delivery, as a broker's would). Holding
-/// saves little for such records anyway: they nearly fill a request of their own.
-pub const HOLD_BELOW: usize = 64 * 1024;
-
-/// Held records beyond which they are handed over even while a round is in
-/// flight: a backlog fills rounds faster than they are acked, and without a bound
-/// the sink would hold up to the relay's whole in-flight cap (50,000 records), each
-/// keeping alive the replication stream's read buffer its key and value point
-/// into. Live rounds stay far below it (tens to hundreds of records).
-pub const HELD_MAX: usize = 1000;
-
-/// The same bound in bytes ([`KafkaRecord::size`]): librdkafka's default
-/// `batch.size`, one request's worth.
-pub const HELD_MAX_BYTES: usize = 1_000_000;
-
-/// While a full queue keeps records held, [`KafkaSink::flush`] flushes this long
-/// before handing more over.
-const FLUSH_STEP: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// A record taken while a round was in flight: what [`BaseRecord`] borrows, owned
-/// (the payload buffers are shared, not copied).
-struct HeldRecord {
-    topic: String,
-    key: Option<bytes::Bytes>,
-    value: Option<bytes::Bytes>,
-    headers: OwnedHeaders,
-    timestamp_ms: i64,
-    tag: usize,
-    /// Header `id`, for a refusal's message.
-    id: Option<bytes::Bytes>,
-}
-
-impl HeldRecord {
-    fn new(record: &KafkaRecord, tag: usize) -> Self {
-        Self {
-            topic: record.topic.clone(),
-            key: record.key.clone(),
-            value: record.value.clone(),
-            headers: headers_of(record),
-            timestamp_ms: record.timestamp_ms,
-            tag,
-            id: record.id.clone(),
-        }
-    }
-
-    /// Bytes it counts in flight ([`KafkaRecord::size`]).
-    fn size(&self) -> usize {
-        size_of(&self.topic, self.key.as_deref(), self.value.as_deref())
-    }
-}
-
-/// The headers of `record`: `id`, the placed columns, then the further headers.
-fn headers_of(record: &KafkaRecord) -> OwnedHeaders {
-    let count = 1 + record.placed.len() + record.headers.len();
-    let mut headers = OwnedHeaders::new_with_capacity(count);
-    headers = headers.insert(Header {
-        key: "id",
-        value: record.id.as_deref(),
-    });
-    for (key, value) in &record.placed {
-        headers = headers.insert(Header {
-            key,
-            value: value.as_deref(),
-        });
-    }
-    for (key, value) in &record.headers {
-        headers = headers.insert(Header {
-            key,
-            value: Some(&value[..]),
-        });
-    }
-    headers
-}
-
-/// A record as librdkafka takes it, tagged for its report.
-type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
-
-fn base_record<'a>(
-    topic: &'a str,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
-    headers: OwnedHeaders,
-    timestamp_ms: i64,
-    tag: usize,
-) -> Record<'a> {
-    let mut base = BaseRecord::with_opaque_to(topic, tag)
-        .headers(headers)
-        .timestamp(timestamp_ms);
-    if let Some(key) = key {
-        base = base.key(key);
-    }
-    if let Some(value) = value {
-        base = base.payload(value);
-    }
-    base
 }
 
 /// A new producer and both ends of its delivery-report channel.
