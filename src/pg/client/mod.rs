@@ -9,7 +9,8 @@
 //! - [`tls`]: rustls configuration per `sslmode`, direct and negotiated TLS.
 //! - [`channel_binding`]: SCRAM-SHA-256-PLUS, bound to the server certificate.
 //! - [`frame`]: sans-I/O backend message framing, bounded before allocating.
-//! - [`connection`]: the transport, startup and authentication, simple queries.
+//! - [`connection`]: the transport, startup and authentication, simple queries;
+//!   [`error`]: its errors, transient or definite, and the fixes auth failures need.
 //!
 //! Layering: this room knows nothing of replication. It never imports the
 //! replication source, its sibling room (checked by the test
@@ -19,6 +20,7 @@
 pub mod channel_binding;
 pub mod connection;
 pub mod conninfo;
+pub mod error;
 pub mod frame;
 pub mod host_walk;
 pub mod tls;

@@ -173,7 +173,7 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
             }
             let hint = db
                 .hint()
-                .or_else(|| crate::pg::client::connection::auth_hint(db.message()));
+                .or_else(|| crate::pg::client::error::auth_hint(db.message()));
             if let Some(hint) = hint {
                 text.push_str(&format!("; hint: {hint}"));
             }
