@@ -7,10 +7,7 @@
 //! the outbox tables before anything connects; an error names the table section or
 //! flag it came from ([`TemplateSource::origin`]).
 
-use super::file::TableOverrides;
-use super::ConfigError;
-use crate::cli::NonTransactionalArg;
-use crate::cli::RoutingArgs;
+use crate::cli::{NonTransactionalArg, RoutingArgs};
 use crate::outbox::connect::Placement;
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::routing::TopicTemplate;
@@ -18,8 +15,10 @@ use crate::outbox::tables::TableSpec;
 use crate::outbox::trace::TraceField;
 use crate::pg::names::TableName;
 use crate::pg::source::SourceConfig;
-use crate::pipeline::MessageConfig;
-use crate::pipeline::NonTransactional;
+use crate::pipeline::{MessageConfig, NonTransactional};
+
+use super::file::TableOverrides;
+use super::ConfigError;
 
 /// How rows become records: the global column mapping and topic template, and the
 /// config file's per-table overrides.

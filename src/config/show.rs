@@ -6,13 +6,13 @@
 //! holds a secret (the database URL without its password, secret Kafka options
 //! redacted).
 
-use super::file::TableOverrides;
-use super::ConfigError;
-use super::{build_run, missing};
 use crate::cli::RunArgs;
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::routing::TopicTemplate;
 use crate::run::RunConfig;
+
+use super::file::TableOverrides;
+use super::{build_run, missing, ConfigError};
 
 /// Validate `run` arguments for `config show`, a display command: a required
 /// setting still missing is returned next to the configuration instead of failing

@@ -8,28 +8,24 @@
 //! librdkafka is logged or returned before secret values are scrubbed from it; client
 //! errors and warning log lines go through the one [`OutageLog`] of the sink.
 
-use super::outcome::delivery_error;
-use super::outcome::header_value;
-use super::Delivery;
-use crate::kafka::config::Scrubber;
-use crate::kafka::outage;
-use crate::kafka::outage::OutageLog;
-use crate::kafka::outage::SUMMARY_EVERY;
-use crate::kafka::wakeup::QueueWakeup;
-use crate::metrics::Metrics;
-use crate::outbox::event::EVENT_TYPE_HEADER;
-use crate::outbox::record::id_text_of;
-use crate::outbox::record::size_of;
-use rdkafka::error::RDKafkaErrorCode;
-
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
-use rdkafka::{ClientContext, Message};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, DeliveryResult, ProducerContext};
+use rdkafka::{ClientContext, Message};
 use tokio::sync::mpsc;
+
+use crate::kafka::config::Scrubber;
+use crate::kafka::outage::{self, OutageLog, SUMMARY_EVERY};
+use crate::kafka::wakeup::QueueWakeup;
+use crate::metrics::Metrics;
+use crate::outbox::event::EVENT_TYPE_HEADER;
+use crate::outbox::record::{id_text_of, size_of};
+
+use super::outcome::{delivery_error, header_value};
+use super::Delivery;
 
 pub(super) struct Context {
     pub(super) deliveries: mpsc::UnboundedSender<Delivery>,

@@ -53,38 +53,30 @@
 //!   and the one-poller-at-a-time serving of the main queue;
 //! - `rounds`: which records wait for the round in flight, and for how long.
 
-use self::context::Context;
-use self::context::Outage;
-use self::context::Polled;
-use self::outcome::delivery_error;
-use self::outcome::header_value;
-use self::rounds::base_record;
-use self::rounds::headers_of;
-use self::rounds::HeldRecord;
-use self::rounds::Record;
-use self::rounds::FLUSH_STEP;
-use crate::kafka::config::Scrubber;
-use crate::kafka::wakeup::QueueWakeup;
-use crate::metrics::Metrics;
-use crate::outbox::event::EVENT_TYPE_HEADER;
-use crate::outbox::record::id_text_of;
-use crate::outbox::record::KafkaRecord;
-use rdkafka::error::KafkaError;
-use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::producer::{BaseProducer, Producer};
-use rdkafka::ClientConfig;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::sync::Mutex;
-use tokio::sync::mpsc;
-
 mod context;
 mod outcome;
 mod rounds;
 
 pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
 pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
+use tokio::sync::mpsc;
+
+use crate::kafka::config::Scrubber;
+use crate::kafka::wakeup::QueueWakeup;
+use crate::metrics::Metrics;
+use crate::outbox::event::EVENT_TYPE_HEADER;
+use crate::outbox::record::{id_text_of, KafkaRecord};
+
+use self::context::{Context, Outage, Polled};
+use self::outcome::{delivery_error, header_value};
+use self::rounds::{base_record, headers_of, HeldRecord, Record, FLUSH_STEP};
 
 /// Why `send` did not take a record.
 #[derive(Debug, thiserror::Error)]

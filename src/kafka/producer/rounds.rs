@@ -11,8 +11,7 @@
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
-use crate::outbox::record::size_of;
-use crate::outbox::record::KafkaRecord;
+use crate::outbox::record::{size_of, KafkaRecord};
 
 /// Records of its own an idempotent librdkafka producer holds in flight beyond
 /// which the next record waits for a round trip: librdkafka (2.12) sends a new
