@@ -15,8 +15,8 @@ use pgoutbox::outbox::event::ColumnMapping;
 use pgoutbox::outbox::record::KafkaRecord;
 use pgoutbox::outbox::routing::TopicTemplate;
 use pgoutbox::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
-use pgoutbox::pg::catalog::TableName;
-use pgoutbox::pg::pgoutput::{Decoder, PgOutputMessage};
+use pgoutbox::pg::names::TableName;
+use pgoutbox::pg::source::pgoutput::{Decoder, PgOutputMessage};
 
 fn main() {
     let support::Workload {

@@ -1,8 +1,8 @@
 //! The exit statuses of the `pgoutbox` binary: one scheme for every command.
 //!
-//! Owns the numbers, their meaning (printed by `--help` and listed in the README)
-//! and the mapping from an error to its status. The scheme answers the question a
-//! supervisor asks — *would starting again help?*:
+//! Owns the numbers and their meaning (printed by `--help` and listed in the
+//! README); which error ends with which status is [`crate::failure`]'s rule. The
+//! scheme answers the question a supervisor asks — *would starting again help?*:
 //!
 //! ```text
 //!   0  done (run and tail: also a stop on SIGTERM/SIGINT after draining)
@@ -20,18 +20,10 @@
 //! custom of small codes with 2 for usage (as clap, grep and diff use) rather than
 //! BSD's sysexits 64–78, which few Linux tools or supervisors know.
 //!
-//! Invariants: the first matching rule wins, in the order of [`status_of`]; an error
-//! nothing matches is 1. A command that decides a status itself (a failed check)
-//! says so with [`Coded`], so the rule lives here and not in `main`.
-
-use std::error::Error;
-
-use crate::config::file::FileError;
-use crate::config::ConfigError;
-use crate::pipeline::PipelineError;
-use crate::replay::ReplayError;
-use crate::run::RunError;
-use crate::safety::SafetyError;
+//! A command that decides a status itself (a failed check) says so with [`Coded`].
+//!
+//! A leaf of the front: `cli` prints [`help`] and imports this module, so it imports
+//! nothing of the crate (checked by `layering::tests::front_modules_form_no_cycle`).
 
 /// An exit status of the binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,73 +128,9 @@ impl Coded {
     }
 }
 
-/// The status for `err`, looking through its whole source chain.
-pub fn status_of(err: &(dyn Error + 'static)) -> Status {
-    if broken_pipe(err) {
-        return Status::BrokenPipe;
-    }
-    for cause in chain(err) {
-        if let Some(coded) = cause.downcast_ref::<Coded>() {
-            return coded.status;
-        }
-        if cause.is::<ConfigError>() || cause.is::<FileError>() || cause.is::<clap::Error>() {
-            return Status::Usage;
-        }
-        if let Some(run) = cause.downcast_ref::<RunError>() {
-            return of_run(run);
-        }
-        if let Some(replay) = cause.downcast_ref::<ReplayError>() {
-            return of_replay(replay);
-        }
-    }
-    Status::Failure
-}
-
-fn of_run(err: &RunError) -> Status {
-    match err {
-        RunError::Option(_) => Status::Usage,
-        RunError::Pipeline(PipelineError::Invalid(_) | PipelineError::UpdateOnOutbox { .. }) => {
-            Status::Poison
-        }
-        RunError::Safety(SafetyError::State(_) | SafetyError::Catalog(_)) => Status::Failure,
-        RunError::Safety(_) => Status::SlotSafety,
-        _ => Status::Failure,
-    }
-}
-
-fn of_replay(err: &ReplayError) -> Status {
-    match err {
-        ReplayError::Poison(_) => Status::Poison,
-        ReplayError::UnsafeOption(_)
-        | ReplayError::Time { .. }
-        | ReplayError::Id { .. }
-        | ReplayError::TimeColumn { .. }
-        | ReplayError::MissingColumn { .. }
-        | ReplayError::NoTable(_) => Status::Usage,
-        _ => Status::Failure,
-    }
-}
-
-/// Whether `err` comes from writing to a pipe whose reader went away.
-pub fn broken_pipe(err: &(dyn Error + 'static)) -> bool {
-    chain(err).any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-fn chain<'a>(err: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
-    std::iter::successors(Some(err), |e| (*e).source())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("writing")]
-    struct Writing(#[source] std::io::Error);
 
     #[test]
     fn codes_are_distinct_and_documented() {
@@ -213,33 +141,5 @@ mod tests {
         for status in Status::ALL {
             assert!(help.contains(&format!("{:>3}  ", status.code())), "{help}");
         }
-    }
-
-    #[test]
-    fn a_closed_pipe_anywhere_in_the_chain_wins() {
-        let err = Writing(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-        assert_eq!(status_of(&err), Status::BrokenPipe);
-        let err = Writing(std::io::Error::other("disk full"));
-        assert_eq!(status_of(&err), Status::Failure);
-    }
-
-    #[test]
-    fn config_errors_are_usage_and_coded_errors_keep_their_status() {
-        assert_eq!(status_of(&ConfigError::NoBrokers), Status::Usage);
-        let err = Coded::new(Status::CheckFailed, "1 check(s) failed");
-        assert_eq!(status_of(&err), Status::CheckFailed);
-    }
-
-    #[test]
-    fn slot_safety_findings_differ_from_runtime_failures() {
-        let finding = RunError::Safety(SafetyError::SlotMissing {
-            slot: "s".into(),
-            persisted: crate::pg::lsn::Lsn(16),
-            path: "/state".into(),
-            republish: "".into(),
-        });
-        assert_eq!(status_of(&finding), Status::SlotSafety);
-        let stream = RunError::Pipeline(PipelineError::StreamClosed);
-        assert_eq!(status_of(&stream), Status::Failure);
     }
 }

@@ -5,18 +5,22 @@
 //! - [`cli`]: raw command-line arguments (clap), each with a `PGOUTBOX_*` env twin.
 //! - [`config`]: raw arguments → each room's own settings struct; only `main`, `cli`
 //!   and `config` know clap and config types. It holds the TOML
-//!   file layer ([`config::file`]), the Debezium option names ([`config::router_keys`])
+//!   file layer ([`config::file`]), the Debezium option names ([`cli::router_keys`])
 //!   and `config import-debezium` ([`config::debezium`]).
 //! - [`secret`]: a string that never prints (passwords).
 //! - [`report`]: how an error is printed (the one rule for error messages);
-//!   [`exit`]: the binary's exit statuses.
-//! - [`pg`]: PostgreSQL — [`pg::lsn`] positions, [`pg::protocol`] sans-I/O framing,
-//!   [`pg::pgoutput`] decoder, [`pg::connection`] transport/auth, [`pg::replication`]
-//!   the streaming connection, [`pg::catalog`] publication/slot SQL on the
-//!   [`pg::sql_client`] connection, [`pg::failover`] failover slots (PostgreSQL 17+),
-//!   [`pg::tls`], [`pg::conninfo`] libpq connection strings, [`pg::host_walk`] how
-//!   both connections walk a multi-host list (`target_session_attrs`, failover),
-//!   [`pg::source`] the database, publication and tables a command works on.
+//!   [`exit`]: the binary's exit statuses; [`failure`]: which error exits with which.
+//! - [`pg`]: PostgreSQL, in two rooms and three leaves. [`pg::client`] is the wire
+//!   client ([`pg::client::conninfo`] libpq connection strings,
+//!   [`pg::client::host_walk`] how both connections walk a multi-host list,
+//!   [`pg::client::tls`], SCRAM channel binding, [`pg::client::frame`] sans-I/O
+//!   framing, [`pg::client::connection`] transport/auth). [`pg::source`] is the
+//!   replication source built on it ([`pg::source::replication`] the streaming
+//!   connection, [`pg::source::protocol`] CopyData payloads, [`pg::source::pgoutput`]
+//!   decoder, [`pg::source::catalog`] publication/slot SQL on the
+//!   [`pg::source::sql_client`] connection, [`pg::source::failover`] failover slots,
+//!   and the database, publication and tables a command works on). The leaves:
+//!   [`pg::names`] (`TableName`, quoting), [`pg::lsn`] positions, [`pg::timestamp`].
 //! - [`outbox`]: row → event ([`outbox::event`]), logical decoding message → the
 //!   same event ([`outbox::message`], the table-less outbox), topic rules ([`outbox::routing`]),
 //!   poison rows with their dead letters ([`outbox::invalid`]), W3C trace context
@@ -46,9 +50,12 @@
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod failure;
 pub mod heartbeat;
 pub mod http;
 pub mod kafka;
+#[cfg(test)]
+mod layering;
 pub mod metrics;
 pub mod ops;
 pub mod outbox;

@@ -17,10 +17,11 @@ use pgoutbox::cli::{
 };
 use pgoutbox::config::file::TableOverrides;
 use pgoutbox::config::{self, validate_slot, RoutingConfig};
-use pgoutbox::exit::{self, Coded, Status};
+use pgoutbox::exit::{Coded, Status};
+use pgoutbox::failure;
 use pgoutbox::ops::check::{self as checks, CheckInput, CheckMode, TemplateInput};
 use pgoutbox::ops::cleanup::{CleanupInput, CleanupMode, CleanupTable};
-use pgoutbox::pg::catalog::Ensured;
+use pgoutbox::pg::source::catalog::Ensured;
 use pgoutbox::report::Report;
 
 fn main() -> ExitCode {
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
 /// reason a process ended is never dropped.
 fn fail(format: LogFormat, err: &anyhow::Error) -> ExitCode {
     let error: &(dyn std::error::Error + 'static) = err.as_ref();
-    let status = exit::status_of(error);
+    let status = failure::status_of(error);
     if status == Status::BrokenPipe {
         return ExitCode::from(status.code());
     }
@@ -236,7 +237,7 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
             text.push_str(&format!("{statement}\n"));
         }
         text.push_str("\n-- least-privilege role for the relay\n");
-        for statement in pgoutbox::pg::catalog::grants_sql(&args.role, &source.tables) {
+        for statement in pgoutbox::pg::source::catalog::grants_sql(&args.role, &source.tables) {
             text.push_str(&format!("{statement}\n"));
         }
         return print(&text);
@@ -277,7 +278,7 @@ async fn setup_poll(args: SetupArgs) -> anyhow::Result<()> {
             text.push_str(&format!(
                 "GRANT SELECT, UPDATE ON {} TO {};\n",
                 table.quoted(),
-                pgoutbox::pg::replication::quote_ident(&args.role)
+                pgoutbox::pg::names::quote_ident(&args.role)
             ));
         }
         return print(&text);

@@ -3,7 +3,7 @@
 //! Owns the order of creation — publication first, then slot — because pgoutput
 //! reads the publication through the slot's historic snapshot: a slot created before
 //! its publication fails to decode changes older than the publication. The slot is a
-//! failover slot on PostgreSQL 17+ unless `--slot-failover false` ([`crate::pg::failover`]).
+//! failover slot on PostgreSQL 17+ unless `--slot-failover false` ([`crate::pg::source::failover`]).
 //! With `--messages-only` there is no table and the publication is created empty
 //! (`CREATE PUBLICATION name WITH (…)`): pgoutput needs one, the messages do not.
 //! Invariant: idempotent; running it twice changes nothing the second time (an
@@ -14,10 +14,10 @@
 //! column when it is the default, the partial index on unpublished rows, the NOTIFY
 //! trigger; [`crate::poll::sql`]), in one transaction, never a publication or slot.
 
-use crate::pg::catalog::TableName;
-use crate::pg::catalog::{self, create_publication_sql, CatalogError, Ensured};
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::failover;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self, create_publication_sql, CatalogError, Ensured};
+use crate::pg::source::failover;
 
 /// The SQL `setup` would run, in order, one statement per line. With `failover`,
 /// the slot statement picks the form by server version when it runs (PostgreSQL

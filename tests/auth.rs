@@ -5,9 +5,9 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use pgoutbox::pg::connection::PgError;
-use pgoutbox::pg::conninfo::ConnInfo;
-use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::pg::client::connection::PgError;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::source::replication::ReplicationClient;
 use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// Create a LOGIN REPLICATION role whose password is stored (and checked) with `method`.
@@ -188,7 +188,7 @@ async fn password_file_lines_apply_per_host() {
         .await
         .expect("the second host's own password");
     client.identify_system().await.unwrap();
-    pgoutbox::pg::catalog::connect(&info)
+    pgoutbox::pg::source::catalog::connect(&info)
         .await
         .expect("the SQL connection with the second host's own password");
 }

@@ -18,10 +18,10 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use pgoutbox::pg::catalog;
-use pgoutbox::pg::connection::{PgConnection, PgError};
-use pgoutbox::pg::conninfo::ConnInfo;
-use pgoutbox::pg::sql_client;
+use pgoutbox::pg::client::connection::{PgConnection, PgError};
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::source::catalog;
+use pgoutbox::pg::source::sql_client;
 
 use crate::support::kafka::{Broker, Reader};
 use crate::support::standby::Pair;

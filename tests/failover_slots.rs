@@ -14,8 +14,8 @@ use std::process::Command;
 
 use pgoutbox::ops::check::{check, CheckInput, CheckReport};
 use pgoutbox::ops::status::status;
-use pgoutbox::pg::catalog::TableName;
-use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::names::TableName;
 use support::kafka::Broker;
 use support::workload::start_run;
 use support::{pg17_bindir, ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};

@@ -5,10 +5,10 @@ use crate::support;
 
 use std::time::Duration;
 
-use pgoutbox::pg::conninfo::ConnInfo;
-use pgoutbox::pg::pgoutput::{Decoder, PgOutputMessage};
-use pgoutbox::pg::protocol::ReplicationMessage;
-use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::source::pgoutput::{Decoder, PgOutputMessage};
+use pgoutbox::pg::source::protocol::ReplicationMessage;
+use pgoutbox::pg::source::replication::ReplicationClient;
 use support::{PgCluster, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

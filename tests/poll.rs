@@ -7,7 +7,7 @@ use crate::support;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use pgoutbox::pg::catalog::TableName;
+use pgoutbox::pg::names::TableName;
 use pgoutbox::poll::sql;
 use support::kafka::{Broker, Consumed, Reader};
 use support::verify::verify;

@@ -21,7 +21,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use pgoutbox::ops::status::status;
-use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::client::conninfo::ConnInfo;
 use pgoutbox::pg::lsn::Lsn;
 use support::kafka::broker::Kind;
 use support::kafka::{Broker, Reader};

@@ -7,9 +7,9 @@ use crate::support;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use pgoutbox::pg::connection::PgError;
-use pgoutbox::pg::conninfo::ConnInfo;
-use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::pg::client::connection::PgError;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::source::replication::ReplicationClient;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use support::tls::uses_tls;
 use support::{ClusterOptions, PgCluster, Pgoutbox, WAIT};
@@ -153,7 +153,7 @@ fn verify_ca_without_a_root_certificate_names_the_fix() {
         &|_| None,
     )
     .unwrap();
-    let err = pgoutbox::pg::tls::client_config(&info).expect_err("needs a CA");
+    let err = pgoutbox::pg::client::tls::client_config(&info).expect_err("needs a CA");
     assert!(err.to_string().contains("sslrootcert"), "{err}");
 }
 
@@ -223,7 +223,7 @@ async fn direct_tls_negotiation_on_postgresql_17() {
         .await
         .expect("direct TLS, replication connection");
     assert!(uses_tls(&mut repl).await);
-    let client = pgoutbox::pg::catalog::connect(&ConnInfo::parse(&direct).unwrap())
+    let client = pgoutbox::pg::source::catalog::connect(&ConnInfo::parse(&direct).unwrap())
         .await
         .expect("direct TLS, SQL connection");
     let ssl: bool = client
@@ -261,7 +261,7 @@ async fn hostaddr_connects_by_address_and_verifies_the_host_name() {
     );
     let mut client = connect(&by_address).await.expect("localhost via 127.0.0.1");
     assert!(uses_tls(&mut client).await);
-    pgoutbox::pg::catalog::connect(&ConnInfo::parse(&by_address).unwrap())
+    pgoutbox::pg::source::catalog::connect(&ConnInfo::parse(&by_address).unwrap())
         .await
         .expect("the SQL connection, localhost via 127.0.0.1");
     let unresolvable = format!(
@@ -354,5 +354,8 @@ fn sslrootcert_system_refuses_a_mode_that_skips_the_host_name() {
     );
     let info = ConnInfo::parse_with_env("postgres://u@localhost/db?sslrootcert=system", &|_| None)
         .unwrap();
-    assert_eq!(info.sslmode, pgoutbox::pg::conninfo::SslMode::VerifyFull);
+    assert_eq!(
+        info.sslmode,
+        pgoutbox::pg::client::conninfo::SslMode::VerifyFull
+    );
 }

@@ -8,11 +8,11 @@ use crate::support;
 
 use std::sync::OnceLock;
 
-use pgoutbox::pg::catalog;
-use pgoutbox::pg::channel_binding::tls_server_end_point;
-use pgoutbox::pg::connection::PgError;
-use pgoutbox::pg::conninfo::ConnInfo;
-use pgoutbox::pg::replication::ReplicationClient;
+use pgoutbox::pg::client::channel_binding::tls_server_end_point;
+use pgoutbox::pg::client::connection::PgError;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::source::catalog;
+use pgoutbox::pg::source::replication::ReplicationClient;
 use support::kafka::{Broker, Reader};
 use support::tls::{uses_tls, Issued, Pki, Terminator};
 use support::verify::{verify, Ledger};

@@ -8,8 +8,8 @@
 use crate::support;
 
 use pgoutbox::ops::check::{check, CheckInput};
-use pgoutbox::pg::catalog::TableName;
-use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::client::conninfo::ConnInfo;
+use pgoutbox::pg::names::TableName;
 use support::kafka::{Broker, Reader};
 use support::workload::{current_lsn, slot_lsn, spawn_run, start_run, topics};
 use support::{wait_for, PgCluster, Pgoutbox, TestDb, WAIT};

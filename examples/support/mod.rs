@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use pgoutbox::pg::lsn::Lsn;
-use pgoutbox::pg::pgoutput::encode::encode;
-use pgoutbox::pg::pgoutput::{
+use pgoutbox::pg::source::pgoutput::encode::encode;
+use pgoutbox::pg::source::pgoutput::{
     Begin, ColumnValue, Commit, Insert, PgOutputMessage, Relation, TupleData,
 };
 

@@ -6,8 +6,9 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use pgoutbox::pg::pgoutput::Decoder;
-use pgoutbox::pg::protocol::{parse_backend, parse_copy_data, Backend, ReplicationMessage};
+use pgoutbox::pg::source::pgoutput::Decoder;
+use pgoutbox::pg::source::protocol::{parse_copy_data, ReplicationMessage};
+use pgoutbox::pg::client::frame::{parse_backend, Backend};
 use postgres_protocol::message::backend::Message;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use pgoutbox::pg::pgoutput::{decode_message, encode::encode, Decoder};
+use pgoutbox::pg::source::pgoutput::{decode_message, encode::encode, Decoder};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else { return };

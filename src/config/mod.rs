@@ -8,8 +8,10 @@
 //! (`run`).
 //!
 //! - [`file`](mod@file): the TOML file layer (flag > env > file > default);
-//! - [`router_keys`]: the one table of Debezium Outbox Event Router option names;
-//! - [`debezium`]: `config import-debezium`, a connector configuration → TOML.
+//! - the Debezium Outbox Event Router option names live in [`crate::cli::router_keys`];
+//! - [`debezium`]: `config import-debezium`, a connector configuration → TOML;
+//! - `routing`: [`RoutingConfig`], the column mapping and topic rules per table;
+//! - `show`: `config show`, the effective configuration as TOML ([`show_toml`]).
 //!
 //! Invariants: only `main`, `cli` and this module know clap and config types (no
 //! room below imports `crate::cli` or `crate::config`); the password only exists
@@ -17,29 +19,31 @@
 
 pub mod debezium;
 pub mod file;
-pub mod router_keys;
+mod routing;
+mod show;
+
+pub use routing::{RoutingConfig, TemplateSource};
+pub use show::{show, show_toml};
 
 use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
     ColorWhen, ConverterArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg, PollMarkArg,
-    RecordArgs, RecordTimestampArg, ReplayArgs, RoutingArgs, RunArgs, SourceArgs, SourceKind,
-    TailArgs, TailFormat as TailFormatArg,
+    RecordArgs, RecordTimestampArg, ReplayArgs, RunArgs, SourceArgs, SourceKind, TailArgs,
+    TailFormat as TailFormatArg,
 };
 use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
 use crate::outbox::connect::{Converter, Placement, PlacementError, RecordFormat};
-use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{InvalidPolicy, PolicyError};
 use crate::outbox::record::RecordTimestamp;
-use crate::outbox::routing::{TemplateError, TopicTemplate};
-use crate::outbox::tables::TableSpec;
-use crate::outbox::trace::{TraceError, TraceField};
-use crate::pg::catalog::TableName;
-use crate::pg::conninfo::{ConnInfo, ConnInfoError};
+use crate::outbox::routing::TemplateError;
+use crate::outbox::trace::TraceError;
+use crate::pg::client::conninfo::{ConnInfo, ConnInfoError};
+use crate::pg::names::TableName;
 use crate::pg::source::SourceConfig;
-use crate::pipeline::{MessageConfig, NonTransactional, OnUpdate, PipelineConfig};
+use crate::pipeline::{MessageConfig, OnUpdate, PipelineConfig};
 use crate::poll::{Mark, PollConfig};
 use crate::replay::{RawSelection, ReplayConfig, Selection, SelectionError};
 use crate::run::RunConfig;
@@ -130,18 +134,6 @@ pub enum ConfigError {
     },
 }
 
-/// How rows become records: the global column mapping and topic template, and the
-/// config file's per-table overrides.
-#[derive(Debug, Clone)]
-pub struct RoutingConfig {
-    /// Column mapping (flags / env / file top level).
-    pub mapping: ColumnMapping,
-    /// Topic template, as given (validated by [`RoutingConfig::specs`]).
-    pub topic_template: String,
-    /// Per-table overrides from the config file's `[tables."schema.name"]`.
-    pub overrides: TableOverrides,
-}
-
 /// Read a secret file: contents trimmed of surrounding whitespace (a trailing newline
 /// from `echo` or a Kubernetes secret must not become part of the secret).
 fn read_secret(flag: &'static str, path: &std::path::Path) -> Result<String, ConfigError> {
@@ -202,145 +194,6 @@ fn message_prefixes(raw: &[String]) -> Result<Vec<String>, ConfigError> {
         }
     }
     Ok(prefixes)
-}
-
-impl RoutingConfig {
-    /// Validate routing arguments; `overrides` come from the config file.
-    pub fn from_args(args: &RoutingArgs, overrides: &TableOverrides) -> Result<Self, ConfigError> {
-        Ok(Self {
-            overrides: overrides.clone(),
-            mapping: ColumnMapping {
-                id: args.id_column.clone(),
-                aggregate_type: args.aggregate_type_column.clone(),
-                route_by: args.route_by_field.clone(),
-                key: args.key_column.clone(),
-                event_type: args.event_type_column.clone(),
-                payload: args.payload_column.clone(),
-                timestamp: args.timestamp_column.clone(),
-                trace_context: TraceField::parse(args.trace_context.as_deref().unwrap_or(""))?,
-                placements: None,
-                not_null: Vec::new(),
-            },
-            topic_template: args.topic_template.clone(),
-        })
-    }
-
-    /// One spec per table: the global mapping and template, with the table's
-    /// overrides from the config file applied; a template that can never render a
-    /// legal topic name is refused, naming where it came from.
-    pub fn specs(&self, tables: &[TableName]) -> Result<Vec<TableSpec>, ConfigError> {
-        self.templates(tables)
-            .into_iter()
-            .zip(self.mappings(tables)?)
-            .map(|(t, mapping)| {
-                let template = TopicTemplate::parse(&t.template).map_err(|reason| {
-                    ConfigError::TopicTemplate {
-                        origin: t.origin,
-                        template: t.template.clone(),
-                        reason,
-                    }
-                })?;
-                Ok(TableSpec {
-                    table: t.table,
-                    mapping,
-                    template,
-                })
-            })
-            .collect()
-    }
-
-    /// The message settings: the global mapping (no table overrides: a message has
-    /// no table) with the placements, and the global topic template.
-    pub fn messages(
-        &self,
-        source: &SourceConfig,
-        placements: Option<Vec<Placement>>,
-        non_transactional: NonTransactionalArg,
-    ) -> Result<MessageConfig, ConfigError> {
-        let template = TopicTemplate::parse(&self.topic_template).map_err(|reason| {
-            ConfigError::TopicTemplate {
-                origin: "--topic-template".into(),
-                template: self.topic_template.clone(),
-                reason,
-            }
-        })?;
-        Ok(MessageConfig {
-            prefixes: source.message_prefixes.clone(),
-            non_transactional: match non_transactional {
-                NonTransactionalArg::Ignore => NonTransactional::Ignore,
-                NonTransactionalArg::Relay => NonTransactional::Relay,
-            },
-            mapping: ColumnMapping {
-                placements,
-                ..self.mapping.clone()
-            },
-            template,
-        })
-    }
-
-    /// Each table's topic template as given, and where it was given; unvalidated
-    /// (`check` reports a bad one as a failed check).
-    pub fn templates(&self, tables: &[TableName]) -> Vec<TemplateSource> {
-        tables
-            .iter()
-            .map(|table| {
-                let name = table.to_string();
-                match self
-                    .overrides
-                    .get(&name)
-                    .and_then(|o| o.get("topic_template"))
-                {
-                    Some(template) => TemplateSource {
-                        table: table.clone(),
-                        template: template.clone(),
-                        origin: format!("topic_template of [tables.\"{name}\"] in the config file"),
-                    },
-                    None => TemplateSource {
-                        table: table.clone(),
-                        template: self.topic_template.clone(),
-                        origin: "--topic-template".into(),
-                    },
-                }
-            })
-            .collect()
-    }
-
-    /// Each table's column mapping: the global one with the table's overrides.
-    pub fn mappings(&self, tables: &[TableName]) -> Result<Vec<ColumnMapping>, ConfigError> {
-        tables
-            .iter()
-            .map(|table| {
-                let mut mapping = self.mapping.clone();
-                let o = self.overrides.get(&table.to_string());
-                for (key, value) in o.into_iter().flatten() {
-                    let v = value.clone();
-                    match key.as_str() {
-                        "route_by_field" => mapping.route_by = v,
-                        "id_column" => mapping.id = v,
-                        "key_column" => mapping.key = v,
-                        "event_type_column" => mapping.event_type = v,
-                        "payload_column" => mapping.payload = v,
-                        "timestamp_column" => mapping.timestamp = v,
-                        "aggregate_type_column" => mapping.aggregate_type = v,
-                        "trace_context" => mapping.trace_context = TraceField::parse(&v)?,
-                        _ => {}
-                    }
-                }
-                Ok(mapping)
-            })
-            .collect()
-    }
-}
-
-/// One table's topic template before validation.
-#[derive(Debug, Clone)]
-pub struct TemplateSource {
-    /// The table.
-    pub table: TableName,
-    /// The template text.
-    pub template: String,
-    /// Where it was set, for error messages.
-    pub origin: String,
 }
 
 /// Whether human log lines carry ANSI colors: `--color always|never` decide;
@@ -413,18 +266,6 @@ pub fn run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Conf
         Some(err) => Err(err),
         None => Ok(cfg),
     }
-}
-
-/// Validate `run` arguments for `config show`, a display command: a required
-/// setting still missing is returned next to the configuration instead of failing
-/// (every value that is given is still validated).
-pub fn show(
-    args: &RunArgs,
-    overrides: &TableOverrides,
-) -> Result<(RunConfig, Vec<ConfigError>), ConfigError> {
-    let cfg = build_run(args, overrides)?;
-    let missing = missing(&cfg);
-    Ok((cfg, missing))
 }
 
 /// Required settings `cfg` lacks.
@@ -629,177 +470,10 @@ pub fn format(args: &FormatArgs) -> Result<(RecordFormat, Option<Vec<Placement>>
     Ok((format, placements))
 }
 
-/// The effective `run` configuration as config-file TOML, secrets redacted: the
-/// database URL without its password, and every secret Kafka option
-/// ([`crate::kafka::config::is_secret`]).
-pub fn show_toml(cfg: &RunConfig) -> String {
-    let q = toml_string;
-    let list = |items: Vec<String>| {
-        format!(
-            "[{}]",
-            items.iter().map(|i| q(i)).collect::<Vec<_>>().join(", ")
-        )
-    };
-    let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("{k} = {v}\n"));
-    line("database_url", q(&cfg.source.conninfo.redacted()));
-    if cfg.source.conninfo.password.is_some() {
-        line("# database password", q("[redacted]"));
-    }
-    line(
-        "source",
-        q(if cfg.poll.is_some() {
-            "poll"
-        } else {
-            "logical"
-        }),
-    );
-    if let Some(poll) = &cfg.poll {
-        line("poll_batch_size", poll.batch_size.to_string());
-        line(
-            "poll_interval",
-            q(&humantime::format_duration(poll.interval).to_string()),
-        );
-        line("poll_mark", q(poll.mark.name()));
-        line("poll_order_by", q(&poll.order_by));
-    }
-    line("publication", q(&cfg.source.publication));
-    line("slot", q(&cfg.slot));
-    line("slot_failover", cfg.slot_failover.to_string());
-    if cfg.brokers.is_empty() {
-        line(
-            "# brokers",
-            "(missing: `run` needs --brokers host:port)".to_owned(),
-        );
-    } else {
-        line("brokers", q(&cfg.brokers));
-    }
-    let options = cfg
-        .kafka_options
-        .redacted()
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    line("kafka_option", list(options));
-    line("kafka_rounds", cfg.kafka_rounds.to_string());
-    if cfg.source.messages_only {
-        line("messages_only", "true".to_owned());
-    } else {
-        let tables = cfg.pipeline.tables.iter().map(|t| t.table.to_string());
-        line("table", list(tables.collect()));
-    }
-    let messages = &cfg.pipeline.messages;
-    line("message_prefix", list(messages.prefixes.clone()));
-    line(
-        "message_non_transactional",
-        q(messages.non_transactional.name()),
-    );
-    line(
-        "max_in_flight",
-        cfg.pipeline.max_in_flight_records.to_string(),
-    );
-    line(
-        "max_in_flight_bytes",
-        cfg.pipeline.max_in_flight_bytes.to_string(),
-    );
-    line("on_invalid", list(cfg.pipeline.invalid.describe()));
-    line("record_timestamp", q(cfg.pipeline.record_timestamp.name()));
-    let f = &cfg.pipeline.format;
-    line("key_converter", q(f.key.name()));
-    line("value_converter", q(f.value.name()));
-    line("expand_json_payload", f.expand_json.to_string());
-    line("logical_name", q(&f.logical_name));
-    let first = cfg.pipeline.tables.first().map(|t| &t.mapping);
-    let mapping = first.unwrap_or(&cfg.pipeline.messages.mapping);
-    if let Some(placements) = mapping.placements.as_ref() {
-        let items = placements
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>();
-        line(
-            "placement",
-            list(if items.is_empty() {
-                vec!["none".to_owned()]
-            } else {
-                items
-            }),
-        );
-    }
-    line("dlq_topic", q(&cfg.pipeline.invalid.dlq_topic));
-    line(
-        "drain_timeout",
-        q(&humantime::format_duration(cfg.pipeline.drain_timeout).to_string()),
-    );
-    line(
-        "stall_timeout",
-        q(&cfg.pipeline.stall_timeout.map_or("0s".to_owned(), |t| {
-            humantime::format_duration(t).to_string()
-        })),
-    );
-    let hb = &cfg.heartbeat;
-    line(
-        "heartbeat_interval",
-        q(&hb.interval.map_or("0s".to_owned(), |i| {
-            humantime::format_duration(i).to_string()
-        })),
-    );
-    line(
-        "heartbeat_max_age",
-        q(&humantime::format_duration(hb.max_age).to_string()),
-    );
-    line(
-        "http_addr",
-        q(&cfg.http_addr.map_or("off".to_owned(), |a| a.to_string())),
-    );
-    line(
-        "state_dir",
-        q(&cfg
-            .safety
-            .state_dir
-            .as_ref()
-            .map_or("off".to_owned(), |d| d.display().to_string())),
-    );
-    if cfg.source.messages_only {
-        // No table: the global mapping (the message field names) at top level.
-        out.push_str(&mapping_toml(&messages.template, &messages.mapping));
-    }
-    for spec in &cfg.pipeline.tables {
-        out.push_str(&format!("\n[tables.{}]\n", q(&spec.table.to_string())));
-        out.push_str(&mapping_toml(&spec.template, &spec.mapping));
-    }
-    out
-}
-
-/// `s` as a TOML basic string.
-fn toml_string(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-/// `key = "value"` lines of a topic template and a column mapping.
-fn mapping_toml(template: &TopicTemplate, m: &ColumnMapping) -> String {
-    let q = toml_string;
-    let mut out = String::new();
-    for (k, v) in [
-        ("topic_template", template.as_str()),
-        ("route_by_field", m.route_by.clone()),
-        ("id_column", m.id.clone()),
-        ("key_column", m.key.clone()),
-        ("event_type_column", m.event_type.clone()),
-        ("payload_column", m.payload.clone()),
-        ("timestamp_column", m.timestamp.clone()),
-        ("aggregate_type_column", m.aggregate_type.clone()),
-    ] {
-        out.push_str(&format!("{k} = {}\n", q(&v)));
-    }
-    if let Some(field) = &m.trace_context {
-        out.push_str(&format!("trace_context = {}\n", q(&field.to_string())));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::event::ColumnMapping;
 
     /// Regression (issue 13 item 7): NO_COLOR was ignored on a terminal.
     #[test]

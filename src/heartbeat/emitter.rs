@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Beat, Target, MIN_SERVER_VERSION, PREFIX};
 use crate::metrics::heartbeat::{mono_us, Identity, Staleness};
 use crate::metrics::{Metrics, Role};
-use crate::pg::conninfo::HostAddr;
+use crate::pg::client::conninfo::HostAddr;
 
 /// Longest wait for one connection attempt or one emission.
 const EMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,7 +36,7 @@ const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, thiserror::Error)]
 enum EmitError {
     #[error(transparent)]
-    Connect(#[from] crate::pg::catalog::CatalogError),
+    Connect(#[from] crate::pg::source::catalog::CatalogError),
     #[error("pg_logical_emit_message failed")]
     Query(#[source] tokio_postgres::Error),
     #[error("no answer within {0:?}")]
@@ -161,7 +161,7 @@ impl Emitter {
             self.conn = None; // the stream moved (failover), or the connection broke
         }
         if self.conn.is_none() {
-            let connect = crate::pg::sql_client::connect_on(&target.conninfo);
+            let connect = crate::pg::source::sql_client::connect_on(&target.conninfo);
             let (client, host) = tokio::time::timeout(EMIT_TIMEOUT, connect)
                 .await
                 .map_err(|_| EmitError::Timeout(EMIT_TIMEOUT))??;
@@ -219,7 +219,7 @@ impl Failures {
 mod tests {
     use super::*;
     use crate::metrics::heartbeat::Identity;
-    use crate::pg::conninfo::ConnInfo;
+    use crate::pg::client::conninfo::ConnInfo;
 
     /// An emitter of an active relay whose stream's server refuses connections.
     fn unreachable() -> (Emitter, Arc<Metrics>, watch::Sender<Option<Target>>) {

@@ -38,8 +38,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::heartbeat::{Identity, Staleness};
 use crate::metrics::Metrics;
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::source::pgoutput::LogicalMessage;
 use crate::task::Tasks;
 
 pub use content::{Beat, ContentError};

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
-use crate::pg::catalog::{self, describe, CatalogError, TableName};
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::replication::quote_ident;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::names::quote_ident;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self, describe, CatalogError};
 
 /// Rows per batch by default, from `bench/run.sh cleanup` (1,000,000 published rows,
 /// batch sizes 1,000 to 20,000, three runs on 2 cores under load 10–17): the total

@@ -10,9 +10,9 @@
 //! Failover properties (the slot's `failover` and `synced`, the server's
 //! `synchronized_standby_slots`) exist since PostgreSQL 17 and are `None` before.
 
-use crate::pg::catalog::{self, CatalogError};
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::client::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
+use crate::pg::source::catalog::{self, CatalogError};
 use crate::pg::source::SourceConfig;
 
 /// What the relay reads, for `status`: the mode (tables, or `--messages-only`),

@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use crate::pg::catalog::{self, CatalogError};
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::client::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::{quote_ident, quote_literal};
+use crate::pg::names::{quote_ident, quote_literal};
+use crate::pg::source::catalog::{self, CatalogError};
 use crate::state::{StateError, StateFile};
 
 /// Why teardown stopped.

@@ -20,7 +20,7 @@ use bytes::Bytes;
 
 use crate::outbox::connect::{ColumnSchema, ColumnType, EnvelopeCache, Place, Placement};
 use crate::outbox::trace::TraceField;
-use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
+use crate::pg::source::pgoutput::{ColumnValue, Relation, TupleData};
 
 /// Which column carries which part of the event. Defaults are the table of
 /// `sql/outbox.sql` (Debezium's outbox columns in snake case).

@@ -31,7 +31,9 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
-use crate::pg::pgoutput::{ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData};
+use crate::pg::source::pgoutput::{
+    ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData,
+};
 
 /// The field of a message that carries its Kafka headers.
 pub const HEADERS_FIELD: &str = "headers";

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use crate::outbox::connect::EnvelopeCache;
 use crate::outbox::event::{ColumnMapping, MissingColumn, ResolvedMapping};
 use crate::outbox::routing::TopicTemplate;
-use crate::pg::catalog::TableName;
-use crate::pg::pgoutput::Relation;
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::Relation;
 
 /// One outbox table with its own column mapping and topic template.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 
 use crate::kafka::producer::DeliveryError;
 use crate::outbox::invalid::PoisonRow;
-use crate::pg::catalog::TableName;
-use crate::pg::connection::PgError;
+use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::DecodeError;
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::DecodeError;
 use crate::state::StateError;
 
 use super::tracker::UnknownTxn;
@@ -45,7 +45,7 @@ pub enum PipelineError {
         lsn: Lsn,
     },
     /// A row of a published table that is not one of the outbox tables.
-    #[error("publication {publication:?} publishes table {table}, which is not an outbox table of this relay (--table {tables}); stopped at its row at {lsn} instead of confirming it unsent; fix: relay it too (add --table {table}), or stop publishing it: rows already published stay in the slot (a later DROP does not cover them), so first pass them once with --table {table} --on-invalid missing-column=skip (each skipped row is logged and counted), then run ALTER PUBLICATION {} DROP TABLE {}; and restart without those options; see `pgoutbox check`", crate::pg::replication::quote_ident(.publication), .table.quoted())]
+    #[error("publication {publication:?} publishes table {table}, which is not an outbox table of this relay (--table {tables}); stopped at its row at {lsn} instead of confirming it unsent; fix: relay it too (add --table {table}), or stop publishing it: rows already published stay in the slot (a later DROP does not cover them), so first pass them once with --table {table} --on-invalid missing-column=skip (each skipped row is logged and counted), then run ALTER PUBLICATION {} DROP TABLE {}; and restart without those options; see `pgoutbox check`", crate::pg::names::quote_ident(.publication), .table.quoted())]
     UnmappedTable {
         table: TableName,
         lsn: Lsn,

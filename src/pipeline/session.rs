@@ -24,10 +24,10 @@ use super::relay::Relay;
 use super::{PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, KafkaSink};
 use crate::metrics::{Metrics, Role};
-use crate::pg::connection::PgError;
+use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
-use crate::pg::protocol::ReplicationMessage;
-use crate::pg::replication::ReplicationStream;
+use crate::pg::source::protocol::ReplicationMessage;
+use crate::pg::source::replication::ReplicationStream;
 use crate::state::Checkpoint;
 
 /// What woke the loop.

@@ -30,9 +30,10 @@ use super::sql;
 use super::{PollConfig, PollError};
 use crate::kafka::producer::KafkaSink;
 use crate::metrics::Metrics;
-use crate::pg::catalog::{CatalogError, TableName};
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::{
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::CatalogError;
+use crate::pg::source::pgoutput::{
     Begin, ColumnValue, Commit, Insert, PgOutputMessage, Relation, RelationColumn, ReplicaIdentity,
     TupleData,
 };

@@ -51,8 +51,9 @@ use tokio_util::sync::CancellationToken;
 use crate::kafka::producer::KafkaSink;
 use crate::metrics::poll::Wake;
 use crate::metrics::{Metrics, Role};
-use crate::pg::catalog::{self, CatalogError, TableName};
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self, CatalogError};
 use crate::pipeline::{PipelineConfig, PipelineError};
 pub use sql::Mark;
 
@@ -254,7 +255,7 @@ async fn lock(
     table: &TableName,
     key: i64,
 ) -> Result<(Client, mpsc::UnboundedReceiver<Notification>), PollError> {
-    let (client, notes) = crate::pg::sql_client::connect_listening(conninfo).await?;
+    let (client, notes) = crate::pg::source::sql_client::connect_listening(conninfo).await?;
     let locked = query_one(&client, &format!("SELECT pg_try_advisory_lock({key})")).await?;
     if locked != "t" {
         return Err(PollError::LockHeld {
@@ -262,7 +263,7 @@ async fn lock(
             key,
         });
     }
-    let channel = crate::pg::replication::quote_ident(&sql::channel(table));
+    let channel = crate::pg::names::quote_ident(&sql::channel(table));
     execute(&client, &format!("LISTEN {channel}")).await?;
     Ok((client, notes))
 }

@@ -10,8 +10,8 @@
 //! trigger dropped and re-created in the same transaction), so running them again
 //! changes nothing.
 
-use crate::pg::catalog::TableName;
-use crate::pg::replication::quote_ident;
+use crate::pg::names::quote_ident;
+use crate::pg::names::TableName;
 
 /// The column poll mode marks: `NULL` until Kafka acked the row.
 pub const PUBLISHED_COLUMN: &str = "published_at";

@@ -26,7 +26,7 @@
 //! without being counted (sent, dead-lettered, skipped, failed) and a requested id
 //! that is not there is named.
 //!
-//! [`Relation`]: crate::pg::pgoutput::Relation
+//! [`Relation`]: crate::pg::source::pgoutput::Relation
 
 mod deliver;
 pub mod print;
@@ -46,7 +46,8 @@ use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{CreateError, KafkaSink};
 use crate::metrics::Metrics;
 use crate::outbox::invalid::PoisonRow;
-use crate::pg::catalog::{self, CatalogError, TableName};
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self, CatalogError};
 use crate::pg::source::SourceConfig;
 use crate::pg::timestamp::{from_unix_micros, now_pg_micros, to_rfc3339};
 use crate::pipeline::PipelineConfig;

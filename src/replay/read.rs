@@ -13,9 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::outbox::invalid::{self, Origin};
 use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
-use crate::pg::catalog::{self, TableName};
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::TupleData;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self};
+use crate::pg::source::pgoutput::TupleData;
 use crate::pg::timestamp::to_unix_micros;
 use crate::pipeline::record::{self, Built, RowAt};
 

@@ -16,9 +16,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::outbox::event::ColumnMapping;
-use crate::pg::catalog::{describe, TableName};
-use crate::pg::pgoutput::{ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData};
-use crate::pg::replication::quote_ident;
+use crate::pg::names::quote_ident;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::describe;
+use crate::pg::source::pgoutput::{
+    ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData,
+};
 
 use super::ReplayError;
 

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::pg::catalog::CatalogError;
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::quote_literal;
+use crate::pg::names::quote_literal;
+use crate::pg::source::catalog::CatalogError;
 use crate::state::StateError;
 
 /// A finding that stops the relay.

@@ -42,10 +42,10 @@ use std::path::PathBuf;
 
 use tokio_postgres::Client;
 
-use crate::pg::catalog::{self, SlotInfo};
-use crate::pg::connection::PgError;
+use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::SystemIdentity;
+use crate::pg::source::catalog::{self, SlotInfo};
+use crate::pg::source::replication::SystemIdentity;
 use crate::state::{Checkpoint, SlotState, StateError, StateFile};
 
 pub use error::SafetyError;
@@ -334,7 +334,7 @@ impl SlotGuard {
             // replication::stream_notice_is_fatal); it is the same condition.
             _ if db
                 .message
-                .starts_with(crate::pg::replication::SKIPPED_PUBLICATION) =>
+                .starts_with(crate::pg::source::replication::SKIPPED_PUBLICATION) =>
             {
                 Some(self.publication_gone(db))
             }
@@ -353,7 +353,7 @@ impl SlotGuard {
         }
     }
 
-    fn publication_gone(&self, db: &crate::pg::connection::DbError) -> SafetyError {
+    fn publication_gone(&self, db: &crate::pg::client::connection::DbError) -> SafetyError {
         SafetyError::PublicationGone {
             publication: self.publication.clone(),
             slot: self.slot.clone(),

@@ -40,7 +40,7 @@
 use std::fmt;
 
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::SystemIdentity;
+use crate::pg::source::replication::SystemIdentity;
 use crate::state::SlotState;
 
 /// Why a session starts at the slot's own position.

@@ -2,7 +2,7 @@
 //! against a real state file, without a server.
 
 use super::*;
-use crate::pg::connection::DbError;
+use crate::pg::client::connection::DbError;
 
 fn identity(system_id: &str) -> SystemIdentity {
     on_timeline(system_id, 1)

@@ -15,8 +15,8 @@ use serde_json::value::RawValue;
 
 use crate::outbox::event::OutboxEvent;
 use crate::outbox::routing::{is_valid_topic, TopicTemplate};
-use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
+use crate::pg::names::TableName;
 use crate::pg::timestamp::to_rfc3339;
 
 /// Everything tail knows about one inserted outbox row.

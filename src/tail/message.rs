@@ -12,9 +12,9 @@ use std::io::Write;
 use super::format::TailEvent;
 use super::{TailError, TailState};
 use crate::outbox::message::{MessageRow, MESSAGE_NAMESPACE};
-use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::LogicalMessage;
 
 impl TailState<'_> {
     /// Show `message` (at `lsn`) when it is an outbox event.

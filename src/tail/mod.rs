@@ -26,15 +26,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::outbox::event::MissingColumn;
 use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
-use crate::pg::catalog::{self, CatalogError};
-use crate::pg::connection::PgError;
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::client::connection::PgError;
+use crate::pg::client::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::{DecodeError, Decoder, PgOutputMessage};
-use crate::pg::protocol::ReplicationMessage;
-use crate::pg::replication::ReplicationClient;
+use crate::pg::source::catalog::{self, CatalogError};
+use crate::pg::source::pgoutput::{DecodeError, Decoder, PgOutputMessage};
+use crate::pg::source::protocol::ReplicationMessage;
+use crate::pg::source::replication::ReplicationClient;
+use crate::pg::source::sql_client;
 use crate::pg::source::SourceConfig;
-use crate::pg::sql_client;
 
 pub use format::TailEvent;
 
@@ -269,7 +269,7 @@ impl TailState<'_> {
                         lsn = %lsn,
                         "publication {} publishes table {table}, which is not an outbox table (--table): its rows are not shown, and `pgoutbox run` would stop on them; fix: add --table {table}, or ALTER PUBLICATION {} DROP TABLE {};",
                         self.cfg.source.publication,
-                        crate::pg::replication::quote_ident(&self.cfg.source.publication),
+                        crate::pg::names::quote_ident(&self.cfg.source.publication),
                         table.quoted(),
                     );
                 }

@@ -14,9 +14,9 @@
 //! that fails is logged with the exact SQL to run. Only a killed tail (SIGKILL,
 //! crash) leaves its publication behind, and its name says whose it is.
 
-use crate::pg::catalog::{self, create_publication_sql, CatalogError};
-use crate::pg::conninfo::ConnInfo;
-use crate::pg::replication::quote_ident;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::names::quote_ident;
+use crate::pg::source::catalog::{self, create_publication_sql, CatalogError};
 use crate::pg::source::SourceConfig;
 
 /// The publication of one tail.

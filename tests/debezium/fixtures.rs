@@ -14,7 +14,9 @@ use pgoutbox::cli::{Cli, Command};
 use pgoutbox::outbox::invalid::{self, Invalid};
 use pgoutbox::outbox::record::KafkaRecord;
 use pgoutbox::outbox::tables::TableSpec;
-use pgoutbox::pg::pgoutput::{ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData};
+use pgoutbox::pg::source::pgoutput::{
+    ColumnValue, Relation, RelationColumn, ReplicaIdentity, TupleData,
+};
 use pgoutbox::run::RunConfig;
 use serde_json::Value;
 

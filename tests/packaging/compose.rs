@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use pgoutbox::pg::conninfo::{ConnInfo, Host};
+use pgoutbox::pg::client::conninfo::{ConnInfo, Host};
 use serde_yaml_ng::Value;
 
 use super::{arg_by_env, cli_default, parse_as_cli, parse_duration, read, repo, subcommand};

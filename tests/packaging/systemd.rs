@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 
-use pgoutbox::pg::conninfo::ConnInfo;
+use pgoutbox::pg::client::conninfo::ConnInfo;
 use systemd_unit_edit::SystemdUnit;
 
 use super::{cli_default, cli_env_names, parse_as_cli, parse_duration, read, BINARY_PATH};

@@ -11,7 +11,7 @@ use super::input::{Config, Notes};
 use super::output::Toml;
 use super::router::Routing;
 use super::Entry;
-use crate::config::router_keys::TRACE_CONTEXT;
+use crate::cli::router_keys::TRACE_CONTEXT;
 use crate::outbox::routing::TopicTemplate;
 
 /// The settings this step writes.

@@ -10,7 +10,7 @@ use crate::outbox::routing::{
 
 use super::input::{list, resolved, Config, Notes};
 use super::{Entry, PLACEHOLDER};
-use crate::config::router_keys::{self as keys, RouterKey};
+use crate::cli::router_keys::{self as keys, RouterKey};
 use crate::outbox::connect::{Place, Placement};
 
 /// Debezium's `route.topic.regex` default: the whole route value is group 1.

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::pg::conninfo::{percent_encode, SslMode};
+use crate::pg::client::conninfo::{percent_encode, SslMode};
 
 use super::input::{is_class, list, resolved, Config, Notes};
 use super::{Entry, ImportError, EVENT_ROUTER, PLACEHOLDER, POSTGRES_CONNECTOR};

@@ -2,7 +2,7 @@
 //! notes out (each step's own cases sit at the bottom of its file).
 
 use super::*;
-use crate::pg::conninfo::{ConnInfo, Host, SslMode};
+use crate::pg::client::conninfo::{ConnInfo, Host, SslMode};
 
 const PASSWORD: &str = "Tr0ub4dor&3-canary";
 

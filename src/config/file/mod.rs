@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::config::router_keys;
+use crate::cli::router_keys;
 
 pub mod check;
 
@@ -221,7 +221,7 @@ fn table_sections(
 }
 
 /// Debezium-style keys inside a table section map to ours
-/// ([`crate::config::router_keys`]).
+/// ([`crate::cli::router_keys`]).
 fn keys_alias(key: &str) -> String {
     router_keys::key_for_debezium(key)
         .unwrap_or(key)

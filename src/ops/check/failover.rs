@@ -9,8 +9,8 @@
 //! there are no failover slots and where the README explains the options.
 
 use super::Check;
-use crate::pg::catalog::SlotInfo;
-use crate::pg::failover;
+use crate::pg::source::catalog::SlotInfo;
+use crate::pg::source::failover;
 
 /// What the failover checks look at.
 pub(super) struct FailoverInput<'a> {

@@ -10,8 +10,9 @@ use tokio_postgres::Client;
 
 use super::server::Facts;
 use super::{Check, CheckInput};
-use crate::pg::catalog::{TableName, MESSAGES_MIN_VERSION_NUM, MESSAGES_ONLY_NEEDS_14};
-use crate::pg::replication::quote_ident;
+use crate::pg::names::quote_ident;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{MESSAGES_MIN_VERSION_NUM, MESSAGES_ONLY_NEEDS_14};
 
 /// `messages`, and in `--messages-only` mode `publication_empty`.
 pub(super) async fn message_checks(
@@ -108,7 +109,7 @@ mod tests {
     fn input(messages_only: bool, prefixes: &[&str]) -> CheckInput {
         CheckInput {
             mode: Default::default(),
-            conninfo: crate::pg::conninfo::ConnInfo::parse("postgres://u@h/db").unwrap(),
+            conninfo: crate::pg::client::conninfo::ConnInfo::parse("postgres://u@h/db").unwrap(),
             publication: "p".into(),
             tables: Vec::new(),
             slot: "s".into(),

@@ -48,8 +48,9 @@ use serde::Serialize;
 pub use poll::PUBLISHED_COLUMN;
 
 use crate::kafka::config::KafkaOptions;
-use crate::pg::catalog::{self, CatalogError, TableName};
-use crate::pg::conninfo::ConnInfo;
+use crate::pg::client::conninfo::ConnInfo;
+use crate::pg::names::TableName;
+use crate::pg::source::catalog::{self, CatalogError};
 
 /// Which relay mode to check for.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -12,8 +12,9 @@ use tokio_postgres::Client;
 
 use super::server::Facts;
 use super::{Check, CheckInput};
-use crate::pg::catalog::{create_publication_sql, CatalogError, SlotInfo, TableName};
-use crate::pg::replication::{quote_ident, quote_literal};
+use crate::pg::names::TableName;
+use crate::pg::names::{quote_ident, quote_literal};
+use crate::pg::source::catalog::{create_publication_sql, CatalogError, SlotInfo};
 
 /// An outbox table that exists.
 #[derive(Debug, Clone)]

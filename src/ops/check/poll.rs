@@ -15,8 +15,8 @@ use tokio_postgres::Client;
 
 use super::objects::FoundTable;
 use super::{Check, CheckInput, PollMark};
-use crate::pg::catalog::TableName;
-use crate::pg::replication::quote_ident;
+use crate::pg::names::quote_ident;
+use crate::pg::names::TableName;
 
 /// The column poll mode marks published rows in.
 pub const PUBLISHED_COLUMN: &str = "published_at";

@@ -7,7 +7,7 @@
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::pg::replication::quote_ident;
+use crate::pg::names::quote_ident;
 
 /// Oldest supported server: `pg_replication_slots.wal_status` exists since 13.
 const MIN_VERSION_NUM: i32 = 130000;
@@ -103,7 +103,7 @@ pub(super) fn server_checks(facts: &Facts, slot_exists: bool, slot_active: bool)
             "wal_level",
             "server",
             &facts.wal_level,
-            format!("{}; {POLL_HINT}", crate::pg::catalog::WAL_LEVEL_FIX),
+            format!("{}; {POLL_HINT}", crate::pg::source::catalog::WAL_LEVEL_FIX),
         )
     });
 

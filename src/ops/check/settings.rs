@@ -74,7 +74,7 @@ pub(super) async fn kafka_check(brokers: &str, options: &KafkaOptions) -> Check 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pg::catalog::TableName;
+    use crate::pg::names::TableName;
 
     fn input(template: &str) -> TemplateInput {
         TemplateInput {

@@ -296,7 +296,7 @@ mod tests {
     use super::*;
     use crate::outbox::event::ColumnMapping;
     use crate::outbox::routing::TopicTemplate;
-    use crate::pg::pgoutput::{ColumnValue, Relation, TupleData};
+    use crate::pg::source::pgoutput::{ColumnValue, Relation, TupleData};
 
     /// The record pgoutbox sends for one text row under `format` and `placements`.
     fn encoded(format: &RecordFormat, placements: &[&str], key: Option<&str>) -> KafkaRecord {

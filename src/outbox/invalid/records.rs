@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::{Cause, Invalid};
 use crate::outbox::event::MissingColumn;
 use crate::outbox::record::{default_placed, KafkaRecord};
-use crate::pg::pgoutput::{ColumnValue, TupleData};
+use crate::pg::source::pgoutput::{ColumnValue, TupleData};
 
 /// Header names of a dead-letter record (besides the usual `id` and `event_type`).
 pub mod header {

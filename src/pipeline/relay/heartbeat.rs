@@ -9,7 +9,7 @@
 
 use super::Relay;
 use crate::heartbeat;
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::source::pgoutput::LogicalMessage;
 
 impl Relay<'_> {
     /// A message with the heartbeat prefix.

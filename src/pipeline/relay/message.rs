@@ -29,7 +29,7 @@ use crate::outbox::invalid::{Cause, Invalid, Origin};
 use crate::outbox::message::{MessageError, MessageRow, DEFAULT_PREFIX, HEARTBEAT_PREFIX};
 use crate::outbox::record::{default_placed, KafkaRecord};
 use crate::outbox::routing::TopicTemplate;
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::source::pgoutput::LogicalMessage;
 use crate::pg::timestamp;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::record::{self, Built, RowAt};

@@ -46,10 +46,10 @@ use crate::metrics::Metrics;
 use crate::outbox::invalid::{self, Cause, Invalid, Origin};
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
-use crate::pg::catalog::TableName;
 use crate::pg::lsn::Lsn;
-use crate::pg::pgoutput::{Decoder, Insert, PgOutputMessage};
-use crate::pg::protocol::ReplicationMessage;
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::{Decoder, Insert, PgOutputMessage};
+use crate::pg::source::protocol::ReplicationMessage;
 use crate::pg::timestamp;
 
 /// The open transaction.

@@ -4,7 +4,7 @@
 use super::*;
 use crate::heartbeat::{Beat, PREFIX};
 use crate::metrics::heartbeat::{mono_us, Identity};
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::source::pgoutput::LogicalMessage;
 
 fn identify(h: &Harness<'_>) {
     let state = &h.relay.metrics.heartbeat;

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::outbox::message::HEARTBEAT_PREFIX;
-use crate::pg::pgoutput::LogicalMessage;
+use crate::pg::source::pgoutput::LogicalMessage;
 use crate::pipeline::{MessageConfig, NonTransactional};
 
 const EVENT: &str = r#"{"id":"m1","aggregate_type":"order","aggregate_id":"k","event_type":"Created","payload":{"n":1},"headers":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","id":"not-this"}}"#;

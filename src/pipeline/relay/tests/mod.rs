@@ -22,9 +22,11 @@ use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{header, InvalidPolicy};
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
-use crate::pg::catalog::TableName;
-use crate::pg::pgoutput::encode::encode;
-use crate::pg::pgoutput::{Begin, ColumnValue, Commit, Relation, StreamStart, TupleData, Update};
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::encode::encode;
+use crate::pg::source::pgoutput::{
+    Begin, ColumnValue, Commit, Relation, StreamStart, TupleData, Update,
+};
 
 const GENERATION: u16 = 3;
 const RELID: u32 = 16_384;

@@ -1,7 +1,7 @@
 //! Catalog helpers on an ordinary (non-replication) SQL connection.
 //!
 //! Owns the SQL that inspects and creates the publication and the replication slot;
-//! the connection itself is opened by [`crate::pg::sql_client`] (re-exported here as
+//! the connection itself is opened by [`crate::pg::source::sql_client`] (re-exported here as
 //! [`connect`]), with the same TLS rules and host walk as the replication connection. Keeping catalog queries off the replication
 //! connection means a slow catalog query can never delay a keepalive reply.
 //!
@@ -10,17 +10,15 @@
 //! exists does not match or when the role lacks the privilege to create it. They
 //! never drop or alter an existing object.
 
-use std::fmt;
-
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use crate::pg::failover;
-use crate::pg::host_walk::NoHostAccepted;
+use crate::pg::client::host_walk::NoHostAccepted;
+use crate::pg::client::tls::{self, TlsError};
 use crate::pg::lsn::Lsn;
-use crate::pg::replication::quote_ident;
-pub use crate::pg::sql_client::connect;
-use crate::pg::tls::{self, TlsError};
+use crate::pg::names::{quote_ident, TableName};
+use crate::pg::source::failover;
+pub use crate::pg::source::sql_client::connect;
 
 /// Errors from catalog operations.
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +173,7 @@ pub fn describe(err: &tokio_postgres::Error) -> String {
             }
             let hint = db
                 .hint()
-                .or_else(|| crate::pg::connection::auth_hint(db.message()));
+                .or_else(|| crate::pg::client::error::auth_hint(db.message()));
             if let Some(hint) = hint {
                 text.push_str(&format!("; hint: {hint}"));
             }
@@ -217,51 +215,6 @@ impl CatalogError {
             CatalogError::NoHost(none) => none.is_transient(),
             _ => false,
         }
-    }
-}
-
-/// A schema-qualified table name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TableName {
-    /// Schema (default `public`).
-    pub schema: String,
-    /// Table.
-    pub name: String,
-}
-
-impl TableName {
-    /// Parse `schema.table` or `table` (schema `public`). Names are taken literally
-    /// (case-sensitive), as they appear in `pg_class`; surrounding double quotes are removed.
-    pub fn parse(text: &str) -> Option<Self> {
-        let unquote = |s: &str| {
-            let s = s.trim();
-            let s = s
-                .strip_prefix('"')
-                .and_then(|s| s.strip_suffix('"'))
-                .unwrap_or(s);
-            (!s.is_empty()).then(|| s.to_owned())
-        };
-        match text.split_once('.') {
-            Some((schema, name)) => Some(Self {
-                schema: unquote(schema)?,
-                name: unquote(name)?,
-            }),
-            None => Some(Self {
-                schema: "public".to_owned(),
-                name: unquote(text)?,
-            }),
-        }
-    }
-
-    /// `"schema"."name"` for SQL.
-    pub fn quoted(&self) -> String {
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.name))
-    }
-}
-
-impl fmt::Display for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.schema, self.name)
     }
 }
 
@@ -579,22 +532,6 @@ pub async fn server_version_num(client: &Client) -> Result<i32, CatalogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn table_names() {
-        assert_eq!(
-            TableName::parse("outbox").unwrap(),
-            TableName {
-                schema: "public".into(),
-                name: "outbox".into()
-            }
-        );
-        let t = TableName::parse("sales.\"Order Outbox\"").unwrap();
-        assert_eq!(t.name, "Order Outbox");
-        assert_eq!(t.quoted(), "\"sales\".\"Order Outbox\"");
-        assert!(TableName::parse("").is_none());
-        assert!(TableName::parse("a.").is_none());
-    }
 
     #[test]
     fn grants_are_least_privilege() {

@@ -15,7 +15,7 @@
 //! happened there. See
 //! <https://www.postgresql.org/docs/17/logicaldecoding-explanation.html#LOGICALDECODING-REPLICATION-SLOTS-SYNCHRONIZATION>.
 
-use crate::pg::replication::{quote_ident, quote_literal};
+use crate::pg::names::{quote_ident, quote_literal};
 
 /// First server version with failover slots (`server_version_num`).
 pub const MIN_VERSION_NUM: i32 = 170000;
@@ -48,7 +48,7 @@ pub fn create_slot_call(slot: &str, failover: bool, version_num: i32) -> String 
 
 /// How to turn `failover` on for an existing slot: a replication command (there is
 /// no SQL function for it), run while no relay holds the slot. `url` is the relay's
-/// connection string without its password ([`crate::pg::conninfo::ConnInfo::redacted`]).
+/// connection string without its password ([`crate::pg::client::conninfo::ConnInfo::redacted`]).
 pub fn enable_fix(slot: &str, url: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
     format!(

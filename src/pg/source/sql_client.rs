@@ -1,6 +1,6 @@
 //! The ordinary SQL connection (tokio-postgres) that catalog queries, `check`,
 //! `status`, `setup` and `teardown` use: TLS per `sslmode` through our rustls
-//! connector, and a multi-host list walked by [`crate::pg::host_walk`] exactly as the
+//! connector, and a multi-host list walked by [`crate::pg::client::host_walk`] exactly as the
 //! replication connection walks it (tokio-postgres itself knows only two of libpq's
 //! six `target_session_attrs`).
 //!
@@ -16,17 +16,17 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_postgres::{Client, Notification, SimpleQueryMessage};
 
-use crate::pg::catalog::{describe, CatalogError};
-use crate::pg::channel_binding::Refusal;
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, HostAddr, SslMode};
-use crate::pg::host_walk::{self, HostAttempt, WalkError};
-use crate::pg::tls::{self, MakeRustlsConnect};
+use crate::pg::client::channel_binding::Refusal;
+use crate::pg::client::conninfo::{ChannelBinding, ConnInfo, HostAddr, SslMode};
+use crate::pg::client::host_walk::{self, HostAttempt, WalkError};
+use crate::pg::client::tls::{self, MakeRustlsConnect};
+use crate::pg::source::catalog::{describe, CatalogError};
 
 /// The parameters the state check reads, as reported at startup (PostgreSQL 14+).
 const REPORTED: [&str; 2] = ["in_hot_standby", "default_transaction_read_only"];
 
 /// Open an ordinary SQL connection to the first acceptable host of `info` (order and
-/// `target_session_attrs` as libpq; see [`crate::pg::host_walk`]).
+/// `target_session_attrs` as libpq; see [`crate::pg::client::host_walk`]).
 pub async fn connect(info: &ConnInfo) -> Result<Client, CatalogError> {
     Ok(connect_on(info).await?.0)
 }
@@ -196,7 +196,7 @@ where
         loop {
             match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
                 Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => {
-                    crate::pg::connection::log_notice(&(&notice).into());
+                    crate::pg::client::connection::log_notice(&(&notice).into());
                 }
                 Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
                     if let Some(tx) = &notify {

@@ -11,12 +11,12 @@
 //!  ParameterStatus… ─ ReadyForQuery ─ Query/… ─ (CopyBoth)
 //! ```
 //!
-//! Channel binding follows `channel_binding` (see [`crate::pg::channel_binding`]): over
+//! Channel binding follows `channel_binding` (see [`crate::pg::client::channel_binding`]): over
 //! TLS, SCRAM-SHA-256-PLUS binds the login to the server certificate the TLS session
 //! saw; with `require`, a connection that cannot bind fails before any password is sent.
 //!
 //! With several hosts, [`PgConnection::connect`] walks them with
-//! [`crate::pg::host_walk`] (order, `target_session_attrs`, one error listing every
+//! [`crate::pg::client::host_walk`] (order, `target_session_attrs`, one error listing every
 //! host); TCP keepalives follow the `keepalives*` settings.
 //!
 //! Invariants: every wait on the server is bounded by `connect_timeout` during
@@ -25,231 +25,32 @@
 //! hint; the password never appears in an error.
 //! See <https://www.postgresql.org/docs/current/protocol-flow.html>.
 
+use crate::pg::client::error::{io, io_error, with_auth_hint};
+
 use std::collections::HashMap;
-use std::fmt;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::sasl::ScramSha256;
-use postgres_protocol::message::backend::{ErrorFields, Message};
+use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::pg::channel_binding::{self, Plan, Refusal, TlsBinding};
-use crate::pg::conninfo::{ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation};
-use crate::pg::host_walk::{self, HostAttempt, NoHostAccepted, WalkError};
-use crate::pg::protocol::{parse_backend, Backend, ProtocolError};
-use crate::pg::tls::{self, TlsError};
+use crate::pg::client::channel_binding::{self, Plan, Refusal, TlsBinding};
+use crate::pg::client::conninfo::{
+    ChannelBinding, ConnInfo, Host, HostAddr, SslMode, SslNegotiation,
+};
+use crate::pg::client::frame::{parse_backend, Backend};
+use crate::pg::client::host_walk::{self, HostAttempt, WalkError};
+use crate::pg::client::tls::{self};
 
-/// SQLSTATE 08P01: the peer broke the protocol. Class 08 is otherwise transient
-/// (connection trouble); a protocol violation does not go away by reconnecting.
-const PROTOCOL_VIOLATION: &str = "08P01";
+pub use crate::pg::client::error::{log_notice, DbError, PgError};
 
 /// A byte stream to the server: plain TCP, TLS, or a Unix socket.
 pub trait Transport: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Transport for T {}
-
-/// An `ErrorResponse` from the server.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DbError {
-    /// `ERROR`, `FATAL`, `PANIC`.
-    pub severity: String,
-    /// SQLSTATE, e.g. `55006` (object in use).
-    pub code: String,
-    /// Primary message.
-    pub message: String,
-    /// Optional detail.
-    pub detail: Option<String>,
-    /// Optional hint (often the fix).
-    pub hint: Option<String>,
-}
-
-impl DbError {
-    pub(crate) fn from_fields(mut fields: ErrorFields<'_>) -> Self {
-        let mut err = DbError::default();
-        while let Ok(Some(field)) = fields.next() {
-            let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
-            match field.type_() {
-                b'V' => err.severity = value,
-                b'S' if err.severity.is_empty() => err.severity = value,
-                b'C' => err.code = value,
-                b'M' => err.message = value,
-                b'D' => err.detail = Some(value),
-                b'H' => err.hint = Some(value),
-                _ => {}
-            }
-        }
-        err
-    }
-
-    /// The log level a notice of this severity deserves ([`log_notice`]).
-    pub fn notice_level(&self) -> tracing::Level {
-        match self.severity.as_str() {
-            "WARNING" => tracing::Level::WARN,
-            "NOTICE" | "INFO" => tracing::Level::INFO,
-            // LOG, DEBUG1..5: what the server would only log for itself.
-            _ => tracing::Level::DEBUG,
-        }
-    }
-}
-
-impl From<&tokio_postgres::error::DbError> for DbError {
-    fn from(db: &tokio_postgres::error::DbError) -> Self {
-        DbError {
-            severity: db.severity().to_owned(),
-            code: db.code().code().to_owned(),
-            message: db.message().to_owned(),
-            detail: db.detail().map(str::to_owned),
-            hint: db.hint().map(str::to_owned),
-        }
-    }
-}
-
-/// Log a server notice (`NoticeResponse`) at the level of its severity: a WARNING
-/// is a warning, not an info line.
-pub fn log_notice(notice: &DbError) {
-    let severity = notice.severity.as_str();
-    match notice.notice_level() {
-        tracing::Level::WARN => tracing::warn!(severity, notice = %notice, "server notice"),
-        tracing::Level::INFO => tracing::info!(severity, notice = %notice, "server notice"),
-        _ => tracing::debug!(severity, notice = %notice, "server notice"),
-    }
-}
-
-impl fmt::Display for DbError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (SQLSTATE {})", self.message, self.code)?;
-        if let Some(detail) = &self.detail {
-            write!(f, "; detail: {detail}")?;
-        }
-        if let Some(hint) = &self.hint {
-            write!(f, "; hint: {hint}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for DbError {}
-
-/// Errors of the raw connection.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PgError {
-    /// Socket error while doing `context`.
-    #[error("{context}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// TLS setup or handshake failed.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    /// The server sent an `ErrorResponse` (its message and SQLSTATE say it all).
-    #[error(transparent)]
-    Db(#[from] DbError),
-    /// The server sent bytes that do not parse.
-    #[error(transparent)]
-    Protocol(#[from] ProtocolError),
-    /// Authentication cannot proceed (method unsupported, password missing, SCRAM failure).
-    #[error("authentication of user {user:?} failed: {reason}")]
-    Auth { user: String, reason: String },
-    /// The server did something the protocol does not allow at this point.
-    #[error("unexpected server message while {context}: {what}")]
-    Unexpected { context: String, what: String },
-    /// No host of a multi-host list gave an acceptable session.
-    #[error(transparent)]
-    NoHost(#[from] NoHostAccepted),
-    /// Connect and authentication took longer than `connect_timeout`.
-    #[error("connecting to {target} timed out after {after:?}; fix: check the host and port are reachable, or raise connect_timeout")]
-    Timeout { target: String, after: Duration },
-    /// The server ended the replication stream (CopyDone, or CommandComplete when the
-    /// walsender exits at server shutdown).
-    #[error("server ended the replication stream")]
-    StreamEnded,
-    /// The replication connection went silent and is given up (the path may be
-    /// black-holed: no FIN or RST ever arrives).
-    #[error("replication connection to {target} presumed dead: {silence} for {after:?}; the limit is the session's wal_sender_timeout (change it with options=-c wal_sender_timeout=<duration> in the database URL)")]
-    StreamTimeout {
-        target: String,
-        silence: &'static str,
-        after: Duration,
-    },
-}
-
-impl PgError {
-    /// The SQLSTATE when the server reported the error.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            PgError::Db(db) => Some(&db.code),
-            _ => None,
-        }
-    }
-
-    /// Whether reconnecting and resuming from the slot may succeed: lost connections,
-    /// timeouts, server shutdown and "slot in use" are transient; authentication,
-    /// configuration, missing objects and protocol violations are definite.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            PgError::Io { .. }
-            | PgError::Timeout { .. }
-            | PgError::StreamEnded
-            | PgError::StreamTimeout { .. } => true,
-            PgError::NoHost(none) => none.is_transient(),
-            PgError::Db(db) => {
-                (matches!(
-                    db.code.get(..2),
-                    // 08 connection exception, 57 operator intervention (admin shutdown,
-                    // crash shutdown, cannot connect now), 53 insufficient resources.
-                    Some("08" | "57" | "53")
-                ) && db.code != PROTOCOL_VIOLATION)
-                    || db.code == "55006"
-            }
-            _ => false,
-        }
-    }
-}
-
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
-    let context = context.into();
-    move |source| io_error(context, source)
-}
-
-/// An I/O error, unless TLS itself failed (e.g. the server sent an alert because it
-/// rejected our client certificate): that is a definite [`PgError::Tls`], not a
-/// dropped connection to retry.
-fn io_error(context: String, source: std::io::Error) -> PgError {
-    match tls::session_error(&context, &source) {
-        Some(tls) => PgError::Tls(tls),
-        None => PgError::Io { context, source },
-    }
-}
-
-/// The fix for an authentication failure the server reports without a hint. They all
-/// come with SQLSTATE 28000, so the message is what tells them apart.
-pub(crate) fn auth_hint(message: &str) -> Option<&'static str> {
-    if message.contains("channel binding check failed") {
-        Some("the server saw a different TLS certificate than the one this client verified, so something between them terminates TLS (a proxy or an interception device); connect directly to the server, and if that device is intended, set channel_binding=disable")
-    } else if message.contains("requires a valid client certificate") {
-        Some("set sslcert and sslkey to a client certificate issued by a CA in the server's ssl_ca_file, with CN = the user name")
-    } else if message.starts_with("certificate authentication failed") {
-        Some("the client certificate's CN must be the user name (or be mapped to it in pg_ident.conf)")
-    } else {
-        None
-    }
-}
-
-fn with_auth_hint(err: PgError) -> PgError {
-    match err {
-        PgError::Db(mut db) if db.hint.is_none() => {
-            db.hint = auth_hint(&db.message).map(str::to_owned);
-            PgError::Db(db)
-        }
-        other => other,
-    }
-}
 
 /// One row of a simple-query result; all values are text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,7 +81,7 @@ pub struct PgConnection {
 
 impl PgConnection {
     /// Connect to the first acceptable host of `info` (in the order and by the
-    /// `target_session_attrs` of [`crate::pg::host_walk`]) and authenticate. With
+    /// `target_session_attrs` of [`crate::pg::client::host_walk`]) and authenticate. With
     /// `replication` the session is a walsender (`replication=database`), on which the
     /// state check's SQL runs in simple-query mode (PostgreSQL 10+).
     pub async fn connect(info: &ConnInfo, replication: bool) -> Result<Self, PgError> {

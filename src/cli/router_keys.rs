@@ -7,8 +7,9 @@
 //! the connector option `transforms.<router>.<debezium>` and writes `key`.
 //!
 //! Invariant: `key` is a `run` flag's long name with `_` for `-`, and `default` is
-//! that flag's default; the CLI takes both from here (a unit test in `crate::cli`
-//! walks the clap definition to prove it).
+//! that flag's default; the CLI takes both from here (a unit test in `cli/mod.rs`
+//! walks the clap definition to prove it). A leaf of the front: `crate::config`
+//! reads it, and it imports nothing of `cli`, `config` or `exit`.
 
 use crate::outbox::routing::DEFAULT_TOPIC_TEMPLATE;
 

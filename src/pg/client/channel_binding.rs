@@ -31,7 +31,7 @@
 
 use postgres_protocol::authentication::sasl::{self, ChannelBinding as Gs2};
 
-use crate::pg::conninfo::ChannelBinding;
+use crate::pg::client::conninfo::ChannelBinding;
 
 /// Why no `tls-server-end-point` value can be derived from a certificate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,11 +2,11 @@
 //! replication client and the ordinary SQL client connect from one description.
 //!
 //! Invariant: every field with a `tokio_postgres` counterpart is carried over; TLS
-//! certificate checks and paths are not, as our own rustls connector (`pg::tls`)
+//! certificate checks and paths are not, as our own rustls connector (`pg::client::tls`)
 //! enforces them from the [`ConnInfo`] itself; nor are `target_session_attrs` and
 //! `load_balance_hosts`: tokio-postgres knows only two of the six session kinds, so
 //! the SQL connection walks the hosts with the replication connection's own code
-//! (`pg::host_walk`), one single-host config ([`ConnInfo::for_host`]) per attempt.
+//! (`pg::client::host_walk`), one single-host config ([`ConnInfo::for_host`]) per attempt.
 
 use tokio_postgres::config::{
     ChannelBinding as TpChannelBinding, SslMode as TpSslMode, SslNegotiation as TpSslNegotiation,

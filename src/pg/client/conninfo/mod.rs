@@ -39,7 +39,7 @@
 //!
 //! * a parsed [`ConnInfo`] has at least one host, each with a resolved port;
 //! * every setting has the same meaning for the replication connection and the SQL
-//!   connection: both walk [`ConnInfo::hosts`] the same way (`pg::host_walk`);
+//!   connection: both walk [`ConnInfo::hosts`] the same way (`pg::client::host_walk`);
 //! * the password lives only in a [`Secret`]: `Debug` shows `[redacted]`,
 //!   [`ConnInfo::redacted`] and `Display` leave it out, and no [`ConnInfoError`] ever
 //!   carries it, nor text that looks like a fragment of a mistyped password (see
@@ -204,7 +204,7 @@ impl ConnInfo {
     /// addresses connected to instead of resolving the host name (which still serves
     /// TLS verification and the password file). How the list is walked —
     /// `target_session_attrs`, `load_balance_hosts`, `connect_timeout` per host — is
-    /// `pg::host_walk`.
+    /// `pg::client::host_walk`.
     ///
     /// `connect_timeout` is whole seconds; 0 or negative means wait forever and 1 is
     /// raised to 2, as libpq does. `keepalives=0` turns TCP keepalives off;

@@ -44,12 +44,12 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Sleep;
 use tracing::Instrument;
 
-use crate::pg::connection::{PgConnection, PgError, SimpleRow, Transport};
-use crate::pg::conninfo::{ConnInfo, HostAddr};
+use crate::pg::client::connection::{PgConnection, PgError, SimpleRow, Transport};
+use crate::pg::client::conninfo::{ConnInfo, HostAddr};
+use crate::pg::client::frame::{parse_backend, Backend};
 use crate::pg::lsn::Lsn;
-use crate::pg::protocol::{
-    encode_standby_status, parse_backend, parse_copy_data, Backend, ReplicationMessage,
-};
+use crate::pg::names::{quote_ident, quote_literal};
+use crate::pg::source::protocol::{encode_standby_status, parse_copy_data, ReplicationMessage};
 use crate::pg::timestamp::now_pg_micros;
 
 /// Upper bound for the status-update interval.
@@ -71,16 +71,6 @@ pub fn pgoutput_proto_version(server_version_num: u32) -> u32 {
         v if v >= 140000 => 2,
         _ => 1,
     }
-}
-
-/// Quote an identifier for a replication command (`"name"`, embedded quotes doubled).
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// Quote a string literal (`'text'`, embedded quotes doubled).
-pub fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Result of `IDENTIFY_SYSTEM`.
@@ -589,16 +579,16 @@ impl StreamTask {
                 // no CopyDone (walsender.c, WalSndDone), then exits: resume later.
                 Backend::Message(Message::CommandComplete(_)) => return Err(PgError::StreamEnded),
                 Backend::Message(Message::ErrorResponse(body)) => {
-                    return Err(PgError::Db(crate::pg::connection::DbError::from_fields(
-                        body.fields(),
-                    )))
+                    return Err(PgError::Db(
+                        crate::pg::client::connection::DbError::from_fields(body.fields()),
+                    ))
                 }
                 Backend::Message(Message::NoticeResponse(body)) => {
-                    let notice = crate::pg::connection::DbError::from_fields(body.fields());
+                    let notice = crate::pg::client::connection::DbError::from_fields(body.fields());
                     if stream_notice_is_fatal(&notice) {
                         return Err(PgError::Db(notice));
                     }
-                    crate::pg::connection::log_notice(&notice);
+                    crate::pg::client::connection::log_notice(&notice);
                     continue;
                 }
                 Backend::Message(Message::ParameterStatus(_)) => continue,
@@ -691,7 +681,7 @@ async fn read_more(
 /// changes of that publication. Earlier versions raise the same condition as an
 /// ERROR. Both must stop the relay before it confirms past the skipped changes,
 /// so the warning is turned into the error it replaces.
-fn stream_notice_is_fatal(notice: &crate::pg::connection::DbError) -> bool {
+fn stream_notice_is_fatal(notice: &crate::pg::client::connection::DbError) -> bool {
     notice.message.starts_with(SKIPPED_PUBLICATION)
 }
 
@@ -704,7 +694,7 @@ mod tests {
 
     #[test]
     fn a_skipped_publication_warning_stops_the_stream() {
-        let notice = |code: &str, message: &str| crate::pg::connection::DbError {
+        let notice = |code: &str, message: &str| crate::pg::client::connection::DbError {
             severity: "WARNING".into(),
             code: code.into(),
             message: message.into(),
@@ -753,11 +743,5 @@ mod tests {
         let t = Timers::for_wal_sender_timeout(None);
         assert_eq!(t.status_interval, MAX_STATUS_INTERVAL);
         assert_eq!(t.receive_timeout, DEFAULT_RECEIVE_TIMEOUT);
-    }
-
-    #[test]
-    fn quoting() {
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-        assert_eq!(quote_literal("it's"), "'it''s'");
     }
 }

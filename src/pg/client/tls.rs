@@ -14,7 +14,7 @@
 //! `sslrootcert=system` uses the operating system's trust store, as libpq does through
 //! OpenSSL: `SSL_CERT_FILE` / `SSL_CERT_DIR` when set, else the distribution's bundle
 //! (e.g. `/etc/ssl/certs` on Debian); it implies `sslmode=verify-full`
-//! ([`conninfo`](crate::pg::conninfo) refuses a weaker mode). `sslcert` + `sslkey` present a
+//! ([`conninfo`](crate::pg::client::conninfo) refuses a weaker mode). `sslcert` + `sslkey` present a
 //! client certificate (for `cert` authentication or `clientcert=verify-full` in
 //! pg_hba.conf); one without the other is an error, not a silent "no client cert".
 //! After the handshake, the server's leaf certificate gives the SCRAM channel-binding
@@ -41,8 +41,8 @@ use tokio_postgres::Socket;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::pg::channel_binding::TlsBinding;
-use crate::pg::conninfo::{ConnInfo, SslMode, SslNegotiation, SYSTEM_ROOTS};
+use crate::pg::client::channel_binding::TlsBinding;
+use crate::pg::client::conninfo::{ConnInfo, SslMode, SslNegotiation, SYSTEM_ROOTS};
 
 /// Why a TLS configuration or handshake failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! Walking a host list the way libpq does, for both the replication connection
-//! ([`crate::pg::connection`]) and the SQL connection ([`crate::pg::catalog`]), so the
-//! two always mean the same thing by a connection string.
+//! ([`crate::pg::client::connection`]) and the SQL connection (tokio-postgres, the
+//! replication source's catalog connection), each a `HostAttempt`, so the two
+//! always mean the same thing by a connection string.
 //!
 //! ```text
 //!  hosts ─ order (load_balance_hosts) ─▶ for each host, within connect_timeout:
@@ -30,7 +31,9 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::pg::conninfo::{ConnInfo, HostAddr, LoadBalanceHosts, ServerState, TargetSessionAttrs};
+use crate::pg::client::conninfo::{
+    ConnInfo, HostAddr, LoadBalanceHosts, ServerState, TargetSessionAttrs,
+};
 
 /// Bound on one host's attempt when `connect_timeout` is unset.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -283,7 +286,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::pg::conninfo::{ConnInfo, Host};
+    use crate::pg::client::conninfo::{ConnInfo, Host};
 
     /// A fake cluster: each host name says how its server behaves.
     struct Fake {

@@ -1,0 +1,454 @@
+//! [`KafkaSink`]: hand records to librdkafka, get delivery reports back in order of
+//! completion.
+//!
+//! ```text
+//!  pipeline ─send(record, tag)─▶ [held: round in flight] ─▶ BaseProducer ─▶ brokers
+//!      ▲                             ▲ hand over when reported  │ main queue non-empty: QueueWakeup
+//!      │  next_delivery: serve ──────┴──────────────────────────┘ (the caller's loop polls)
+//!      └──── Delivery{tag, result} ◀── ProducerContext::delivery
+//! ```
+//!
+//! Rounds ([`KafkaSink::hold_rounds`], on in `pgoutbox run`): while librdkafka holds
+//! [`ROUND_AT`] records not yet reported, further records wait in the sink, and go
+//! to librdkafka together, in order, once reports were served — what a steady
+//! stream of small transactions produces during one round trip leaves as one
+//! request, and librdkafka's broker thread sleeps instead of spinning (see
+//! [`ROUND_AT`]). Records of [`HOLD_BELOW`] bytes or more are never held.
+//!
+//! Delivery reports, client errors and librdkafka's log lines all arrive on the
+//! client's main queue, served by whoever asks for deliveries ([`KafkaSink::next_delivery`],
+//! [`KafkaSink::try_next_delivery`]) and, between sessions, by the
+//! [prober](KafkaSink::prober) every time it probes: one poller at a time (a lock
+//! held while serving), so reports keep their order.
+//!
+//! Owns the translation from librdkafka outcomes to what the pipeline needs:
+//! - `send` returning [`SendError::QueueFull`] is the backpressure point: the caller
+//!   keeps the record and retries after some deliveries came back.
+//! - Every failure is classified as *permanent* (the record can never be delivered
+//!   as is: too large, topic invalid/unauthorized/unknown) or *transient* (timeouts,
+//!   transport): the pipeline stops confirming in both cases, exits on permanent ones
+//!   and reconnects on transient ones.
+//!
+//! - A *fatal* error of the producer itself ([`KafkaSink::fatal_error`], e.g. the
+//!   idempotent producer's OUT_OF_ORDER_SEQUENCE_NUMBER) ends that producer for good:
+//!   every record it holds fails and no new one is accepted. [`KafkaSink::renew`]
+//!   replaces it with a fresh producer (new producer id, new sequence numbers).
+//!
+//! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
+//! by the current producer, held ones included (reports of a replaced producer are
+//! discarded, and so are the records held for it); held records reach librdkafka
+//! in the order `send` took them, and before any record `send` hands over at once; no text
+//! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
+//! logged or returned before secret configuration values are scrubbed from it;
+//! librdkafka's client errors and warning log lines go through one
+//! [`OutageLog`] shared by every producer of the
+//! sink, so an outage is logged once and summarized, not once per retry (all of
+//! them count in `pgoutbox_kafka_client_errors_total`).
+//!
+//! # Layout
+//! - here: [`KafkaSink`] — create and renew producers, `send`, hand over, serve;
+//! - `outcome`: [`Delivery`], [`DeliveryError`] and the error classification
+//!   ([`is_permanent`], [`is_too_large`]);
+//! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
+//!   and the one-poller-at-a-time serving of the main queue;
+//! - `rounds`: which records wait for the round in flight, and for how long.
+
+mod context;
+mod outcome;
+mod rounds;
+
+pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
+pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
+use tokio::sync::mpsc;
+
+use crate::kafka::config::Scrubber;
+use crate::kafka::wakeup::QueueWakeup;
+use crate::metrics::Metrics;
+use crate::outbox::event::EVENT_TYPE_HEADER;
+use crate::outbox::record::{id_text_of, KafkaRecord};
+
+use self::context::{Context, Outage, Polled};
+use self::outcome::{delivery_error, header_value};
+use self::rounds::{base_record, headers_of, HeldRecord, Record, FLUSH_STEP};
+
+/// Why `send` did not take a record.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// librdkafka's queue is full: retry after deliveries came back.
+    #[error("producer queue is full")]
+    QueueFull,
+    /// The record was refused.
+    #[error(transparent)]
+    Refused(DeliveryError),
+}
+
+/// The producer could not be created (the message is librdkafka's, scrubbed of
+/// secret values).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create the Kafka producer: {message}")]
+pub struct CreateError {
+    message: String,
+}
+
+/// A new producer and both ends of its delivery-report channel.
+type Created = (
+    Arc<Polled>,
+    mpsc::UnboundedReceiver<Delivery>,
+    mpsc::UnboundedSender<Delivery>,
+);
+
+/// An idempotent producer plus its delivery-report channel.
+pub struct KafkaSink {
+    polled: Arc<Polled>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// The sending end of `deliveries`, for refusals of held records.
+    reports: mpsc::UnboundedSender<Delivery>,
+    /// Records taken while a round was in flight, oldest first.
+    held: std::collections::VecDeque<HeldRecord>,
+    /// Their bytes ([`KafkaRecord::size`]).
+    held_bytes: usize,
+    /// Whether records are held while a round is in flight.
+    rounds: bool,
+    scrubber: Scrubber,
+    /// What [`KafkaSink::renew`] builds a new producer from.
+    config: ClientConfig,
+    metrics: Arc<Metrics>,
+    /// The current producer, for [`KafkaSink::prober`] (which outlives a renewal).
+    current: Arc<Mutex<Arc<Polled>>>,
+    /// What is logged of broker errors, across renewals.
+    outage: Arc<Outage>,
+}
+
+impl KafkaSink {
+    /// Create the producer (does not wait for brokers).
+    pub fn new(config: &ClientConfig, metrics: Arc<Metrics>) -> Result<Self, CreateError> {
+        let scrubber = Scrubber::new(config);
+        let outage = Arc::new(Outage::new());
+        let (polled, deliveries, reports) =
+            Self::create(config, &scrubber, metrics.clone(), outage.clone())?;
+        Ok(Self {
+            current: Arc::new(Mutex::new(polled.clone())),
+            polled,
+            deliveries,
+            reports,
+            held: std::collections::VecDeque::new(),
+            held_bytes: 0,
+            rounds: false,
+            scrubber,
+            config: config.clone(),
+            metrics,
+            outage,
+        })
+    }
+
+    fn create(
+        config: &ClientConfig,
+        scrubber: &Scrubber,
+        metrics: Arc<Metrics>,
+        outage: Arc<Outage>,
+    ) -> Result<Created, CreateError> {
+        let (tx, deliveries) = mpsc::unbounded_channel();
+        let unreported = Arc::new(AtomicUsize::new(0));
+        let producer: BaseProducer<Context> = config
+            .create_with_context(Context {
+                deliveries: tx.clone(),
+                unreported: unreported.clone(),
+                metrics,
+                scrubber: scrubber.clone(),
+                outage,
+            })
+            .map_err(|err| CreateError {
+                message: scrubber.scrub(&err.to_string()),
+            })?;
+        let polled = Polled {
+            wakeup: QueueWakeup::new(producer.client()),
+            unreported,
+            producer,
+            serving: Mutex::new(()),
+        };
+        Ok((Arc::new(polled), deliveries, tx))
+    }
+
+    /// Replace the producer with a new one from the same configuration, e.g. after a
+    /// [fatal error](KafkaSink::fatal_error). Records the old producer still held
+    /// are abandoned without a report, and so are held ones: the caller must treat
+    /// them as not delivered (the relay resends everything it has not confirmed
+    /// from the slot).
+    pub fn renew(&mut self) -> Result<(), CreateError> {
+        let (polled, deliveries, reports) = Self::create(
+            &self.config,
+            &self.scrubber,
+            self.metrics.clone(),
+            self.outage.clone(),
+        )?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = polled.clone();
+        let old = std::mem::replace(&mut self.polled, polled);
+        self.deliveries = deliveries;
+        self.reports = reports;
+        self.held.clear();
+        self.held_bytes = 0;
+        // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
+        // threads: not on the caller's (async) thread. The thread ends by itself
+        // within that bound, so it is not joined.
+        let dropper = std::thread::Builder::new().name("producer-drop".into());
+        if let Err(err) = dropper.spawn(move || drop(old)) {
+            tracing::warn!(error = %err, "cannot start a thread to drop the old producer");
+        }
+        Ok(())
+    }
+
+    /// Hold records back while a round is in flight (see [`ROUND_AT`]): what the
+    /// relay produces meanwhile goes to librdkafka in one go when the round's acks
+    /// were served. Off by default (every record is handed over at once).
+    pub fn hold_rounds(&mut self, on: bool) {
+        self.rounds = on;
+        if !on {
+            self.hand_over(true);
+        }
+    }
+
+    /// Take one record. On success a [`Delivery`] with `tag` follows. While a round
+    /// is in flight ([`KafkaSink::hold_rounds`]) the record is held and handed over
+    /// with the next round; a refusal of a held record then arrives as that
+    /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
+    pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
+        let hold = self.rounds
+            && record.size() < HOLD_BELOW
+            && (!self.held.is_empty() || self.round_in_flight());
+        let room = self.held.len() < HELD_MAX && self.held_bytes < HELD_MAX_BYTES;
+        if !(hold && room) {
+            // Whatever was held goes before this record (per-key order).
+            self.hand_over(true);
+            if !self.held.is_empty() {
+                // librdkafka's queue is full: this record waits its turn.
+                return Err(SendError::QueueFull);
+            }
+        }
+        if hold {
+            self.held.push_back(HeldRecord::new(record, tag));
+            self.held_bytes += record.size();
+            return Ok(());
+        }
+        let base = base_record(
+            &record.topic,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            headers_of(record),
+            record.timestamp_ms,
+            tag,
+        );
+        match self.produce(base) {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(SendError::QueueFull)
+            }
+            Err((err, _)) => Err(SendError::Refused(self.refusal(&err, record))),
+        }
+    }
+
+    /// Whether librdkafka holds enough records that the next ones would wait
+    /// behind them (and keep its broker thread polling): see [`ROUND_AT`].
+    fn round_in_flight(&self) -> bool {
+        self.polled.unreported.load(Ordering::Relaxed) >= ROUND_AT
+    }
+
+    /// Hand one record to librdkafka, counting it as unreported; a record it did
+    /// not take comes back with the error.
+    // The error is `BaseProducer::send`'s own, returned as is: boxing it would
+    // allocate on every full queue, the backpressure path.
+    #[allow(clippy::result_large_err)]
+    fn produce<'a>(&self, base: Record<'a>) -> Result<(), (KafkaError, Record<'a>)> {
+        // Counted before librdkafka has it: its report may be served (by the
+        // prober, on another thread) before `send` returns.
+        self.polled.unreported.fetch_add(1, Ordering::Relaxed);
+        self.polled.producer.send(base).inspect_err(|_| {
+            self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// The refusal of `record` by librdkafka, before it was taken.
+    fn refusal(&self, err: &KafkaError, record: &KafkaRecord) -> DeliveryError {
+        delivery_error(
+            &self.scrubber,
+            err,
+            record.topic.clone(),
+            record.id_text(),
+            None,
+        )
+    }
+
+    /// Hand the held records over, in order, when no round is in flight (`force`:
+    /// whatever is in flight). Stops at a full queue (the rest waits for the next
+    /// call); a record librdkafka refuses is reported on the delivery channel.
+    fn hand_over(&mut self, force: bool) {
+        if self.held.is_empty() || (!force && self.round_in_flight()) {
+            return;
+        }
+        while let Some(held) = self.held.pop_front() {
+            self.held_bytes -= held.size();
+            let HeldRecord {
+                topic,
+                key,
+                value,
+                headers,
+                timestamp_ms,
+                tag,
+                id,
+            } = held;
+            let base = base_record(
+                &topic,
+                key.as_deref(),
+                value.as_deref(),
+                headers,
+                timestamp_ms,
+                tag,
+            );
+            let Err((err, base)) = self.produce(base) else {
+                continue;
+            };
+            let held = HeldRecord {
+                headers: base.headers.unwrap_or_default(),
+                topic,
+                key,
+                value,
+                timestamp_ms,
+                tag,
+                id,
+            };
+            if let KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) = err {
+                self.held_bytes += held.size();
+                self.held.push_front(held);
+                return;
+            }
+            self.refuse_held(&err, &held);
+        }
+    }
+
+    /// Report a held record librdkafka refused as its delivery, as a broker's
+    /// refusal would be: counted as failed, a size refusal with what a dead letter
+    /// needs.
+    fn refuse_held(&self, err: &KafkaError, held: &HeldRecord) {
+        self.metrics.failed(&held.topic);
+        let error = delivery_error(
+            &self.scrubber,
+            err,
+            held.topic.clone(),
+            id_text_of(held.id.as_deref()),
+            Some((
+                held.key.as_deref(),
+                header_value(&held.headers, EVENT_TYPE_HEADER),
+            )),
+        );
+        // The receiver lives in `self`: the send cannot fail.
+        let _ = self.reports.send(Delivery {
+            tag: held.tag,
+            size: held.size(),
+            result: Err(error),
+            in_kafka: None,
+        });
+    }
+
+    /// The next delivery report: served from librdkafka's main queue when it
+    /// signals, so it also runs the client's error and log callbacks. Cancel-safe.
+    pub async fn next_delivery(&mut self) -> Option<Delivery> {
+        loop {
+            if let Some(delivery) = self.try_next_delivery() {
+                return Some(delivery);
+            }
+            tokio::select! {
+                biased;
+                // Served by the prober meanwhile, or the producer is gone.
+                delivery = self.deliveries.recv() => return delivery,
+                () = self.polled.wakeup.notified() => {}
+            }
+        }
+    }
+
+    /// A delivery report, if one is ready (serving the main queue first when none
+    /// is waiting on the channel).
+    pub fn try_next_delivery(&mut self) -> Option<Delivery> {
+        if let Ok(delivery) = self.deliveries.try_recv() {
+            return Some(delivery);
+        }
+        self.polled.serve(false);
+        // Served reports may have ended the round: the held records go now.
+        self.hand_over(false);
+        self.deliveries.try_recv().ok()
+    }
+
+    /// Records taken and held back for the next round (see [`ROUND_AT`]).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Records taken and not yet reported (held ones included).
+    pub fn in_flight(&self) -> i32 {
+        self.polled.producer.in_flight_count() + self.held.len() as i32
+    }
+
+    /// A blocking probe: does a broker answer the producer within `timeout`
+    /// ([`crate::kafka::probe`]: brokers-only metadata)?
+    /// For a thread of its own (it blocks); it follows [`KafkaSink::renew`]. A success
+    /// ends a logged outage. Each probe also serves the producer's main queue, so
+    /// client errors and log lines are reported between sessions too (when no
+    /// session asks for deliveries).
+    pub fn prober(&self) -> impl Fn(std::time::Duration) -> bool + Send + 'static {
+        let current = self.current.clone();
+        let outage = self.outage.clone();
+        move |timeout| {
+            let polled = current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let up = crate::kafka::probe::reaches_a_broker(polled.producer.client(), timeout);
+            polled.serve(true);
+            if up {
+                outage.reachable();
+            }
+            up
+        }
+    }
+
+    /// The fatal error librdkafka raised on the current producer, if any: the code of
+    /// the underlying cause (e.g. `OutOfOrderSequenceNumber`) and its description.
+    /// Such a producer accepts and delivers nothing more; see [`KafkaSink::renew`].
+    pub fn fatal_error(&self) -> Option<(RDKafkaErrorCode, String)> {
+        let (code, reason) = self.polled.producer.client().fatal_error()?;
+        Some((code, self.scrubber.scrub(&reason)))
+    }
+
+    /// Wait (blocking) up to `timeout` for librdkafka to deliver what it holds
+    /// (serving the main queue meanwhile: the reports land on the channel).
+    /// Held records are handed over first, whatever is in flight.
+    pub fn flush(&mut self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.hand_over(true);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let flushed = {
+                let _serving = self
+                    .polled
+                    .serving
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                // A full queue left records held: flush a little, then hand over more.
+                let wait = if self.held.is_empty() {
+                    left
+                } else {
+                    left.min(FLUSH_STEP)
+                };
+                self.polled.producer.flush(wait).is_ok()
+            };
+            if self.held.is_empty() {
+                return flushed;
+            }
+            if left.is_zero() {
+                return false;
+            }
+        }
+    }
+}
