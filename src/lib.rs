@@ -44,6 +44,8 @@
 //! - [`replay`]: `pgoutbox replay`, events still in the outbox table sent again
 //!   (by time or id) through the relay's record path, marked `pgoutbox.replay`.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
+//! - [`supervisor`]: the one reconnect loop every session kind (logical, poll)
+//!   runs under: back-off, standby, role, producer renewal, session metrics.
 //! - [`ops`]: `check`, `status`, `teardown`.
 //! - [`task`]: named background tasks, joined at shutdown.
 
@@ -69,5 +71,6 @@ pub mod safety;
 pub mod secret;
 pub mod setup;
 pub mod state;
+pub mod supervisor;
 pub mod tail;
 pub mod task;

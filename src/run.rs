@@ -28,7 +28,9 @@
 //!
 //! With `--source poll` ([`crate::poll`]) the same producer, mapping and reconnect
 //! loop relay by polling the outbox table instead: no publication, no slot, no
-//! state file; the table's advisory lock decides which relay is active.
+//! state file; the table's advisory lock decides which relay is active. Both kinds
+//! are [`Source`]s of the one reconnect loop, [`crate::supervisor::supervise`]
+//! (back-off, standby, role, producer generation, session metrics).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::{Heartbeat, HeartbeatConfig};
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
-use crate::kafka::producer::{is_permanent, CreateError, KafkaSink};
-use crate::metrics::{Metrics, Role};
+use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::metrics::Metrics;
 use crate::pg::client::connection::PgError;
 use crate::pg::client::conninfo::{ConnInfo, TargetSessionAttrs};
 use crate::pg::lsn::Lsn;
@@ -48,6 +50,7 @@ use crate::pg::source::replication::{ReplicationClient, SystemIdentity};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
+use crate::supervisor::{retry, supervise, Lines, Source};
 use crate::task::Tasks;
 
 /// How long one producer probe waits for a broker's answer.
@@ -128,7 +131,7 @@ pub enum RunError {
 }
 
 impl RunError {
-    fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             RunError::Catalog(e) => e.is_transient(),
             RunError::Pipeline(e) => e.is_transient(),
@@ -189,7 +192,9 @@ async fn run_relay(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), R
     result
 }
 
-/// The relay proper: set-up, then sessions until shutdown or a definite error.
+/// The relay proper: set-up (PostgreSQL's prerequisites before the producer, so a
+/// `wal_level` error is not buried under broker errors), then sessions under the
+/// [`supervise`] loop until shutdown or a definite error.
 async fn relay(
     cfg: &RunConfig,
     shutdown: &CancellationToken,
@@ -202,6 +207,15 @@ async fn relay(
     if let Some(addr) = cfg.http_addr {
         crate::http::serve(addr, metrics.clone(), helpers.clone(), tasks).await?;
     }
+    let guard = match &cfg.poll {
+        Some(_) => None,
+        None => {
+            let guard = open_guard(cfg)?;
+            let create = guard.may_create()?;
+            retry(cfg.max_backoff, shutdown, || ensure_objects(cfg, create)).await?;
+            Some(guard)
+        }
+    };
     let mut sink = KafkaSink::new(
         &producer_config(&cfg.brokers, &cfg.kafka_options)?,
         metrics.clone(),
@@ -210,170 +224,121 @@ async fn relay(
         "producer-probe",
         probe_producer(&sink, metrics.clone(), helpers.clone()),
     );
-    if let Some(poll) = &cfg.poll {
-        return relay_by_polling(cfg, poll, &mut sink, shutdown, metrics).await;
-    }
-    // A steady stream of small transactions goes out in rounds (see ROUND_AT).
-    sink.hold_rounds(cfg.kafka_rounds);
-    beat.spawn(tasks, helpers.clone());
-    let mut guard = open_guard(cfg)?;
-    let create = guard.may_create()?;
-    retry(cfg, shutdown, || ensure_objects(cfg, create)).await?;
-    let mut generation: u16 = 0;
-    let mut backoff = Backoff::new(cfg.max_backoff);
-    let mut standing_by = false;
-    while !shutdown.is_cancelled() {
-        let started = tokio::time::Instant::now();
-        match session(
-            cfg, &mut sink, generation, shutdown, metrics, &mut guard, beat,
-        )
-        .await
-        {
-            Ok(stats) => {
-                tracing::info!(
-                    produced = stats.produced,
-                    acked = stats.acked,
-                    confirmed = %stats.confirmed,
-                    drain_timed_out = stats.drain_timed_out,
-                    latency_samples = stats.latency.count(),
-                    latency_p50_us = stats.latency.quantile_micros(0.5),
-                    latency_p99_us = stats.latency.quantile_micros(0.99),
-                    in_kafka_p50_us = stats.in_kafka.quantile_micros(0.5),
-                    in_kafka_p99_us = stats.in_kafka.quantile_micros(0.99),
-                    "stopped"
-                );
-                return Ok(());
-            }
-            Err(err) if renew_producer(&mut sink, &err)? || err.is_transient() => {
-                if started.elapsed() > Duration::from_secs(30) {
-                    backoff.reset();
-                }
-                let delay = backoff.next();
-                if err.is_slot_in_use() {
-                    metrics.set_role(Role::Standby);
-                    guard.note_standby();
-                    if !standing_by {
-                        tracing::info!(slot = %cfg.slot, error = %crate::report::Report(&err), "slot is held by another process; standing by to take over");
-                    }
-                    standing_by = true;
-                } else {
-                    metrics.set_role(Role::Connecting);
-                    if ended_stalled(&err) {
-                        tracing::debug!(retry_in = ?delay, "stalled session ended; resuming from the slot with a new producer");
-                    } else {
-                        tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "replication session interrupted; resuming from the slot");
-                    }
-                    standing_by = false;
-                }
-                generation = generation.wrapping_add(1);
-                metrics.reconnected();
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            Err(err) => return Err(err),
+    match (guard, &cfg.poll) {
+        (Some(guard), _) => {
+            // A steady stream of small transactions goes out in rounds (see ROUND_AT).
+            sink.hold_rounds(cfg.kafka_rounds);
+            beat.spawn(tasks, helpers.clone());
+            let mut source = Logical {
+                cfg,
+                shutdown,
+                metrics,
+                guard,
+                beat,
+            };
+            supervise(&mut source, &mut sink, metrics, cfg.max_backoff, shutdown).await
         }
-    }
-    Ok(())
-}
-
-/// Replace the producer when librdkafka declared it fatally broken (it delivers
-/// nothing more) or when the session ended stalled (its oldest record got no ack
-/// for `--stall-timeout`: e.g. retried under a producer id a restarted broker no
-/// longer knows; a new producer gets a new id). Safe because the ended session
-/// confirmed nothing past its unacked records, so the next one produces them again
-/// from the slot, in WAL order; reports of the old producer are discarded. Returns
-/// whether the producer was replaced; an error when the cause would break a new
-/// producer too.
-fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError> {
-    let Some((code, reason)) = sink.fatal_error() else {
-        if ended_stalled(err) {
-            sink.renew()?;
-            return Ok(true);
+        (None, Some(poll)) => {
+            let mut source = Polling {
+                cfg,
+                poll,
+                shutdown,
+                metrics,
+            };
+            supervise(&mut source, &mut sink, metrics, cfg.max_backoff, shutdown).await
         }
-        return Ok(false);
-    };
-    if is_permanent(code) {
-        return Err(RunError::ProducerFatal { code, reason });
-    }
-    tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
-    sink.renew()?;
-    Ok(true)
-}
-
-/// Whether a session ended because its oldest record got no ack within
-/// `--stall-timeout` (already said by the session, once per stall).
-fn ended_stalled(err: &RunError) -> bool {
-    match err {
-        RunError::Pipeline(e) | RunError::Poll(crate::poll::PollError::Pipeline(e)) => {
-            matches!(e, PipelineError::Stalled(_))
-        }
-        _ => false,
+        (None, None) => unreachable!("a guard is opened unless polling"),
     }
 }
 
-/// `--source poll`: poll sessions until shutdown or a definite error; another
-/// relay holding the table's lock makes this one stand by (role, `/readyz` and the
-/// log as for a slot held by another relay), retrying with back-off.
-async fn relay_by_polling(
-    cfg: &RunConfig,
-    poll: &crate::poll::PollConfig,
-    sink: &mut KafkaSink,
-    shutdown: &CancellationToken,
-    metrics: &Arc<Metrics>,
-) -> Result<(), RunError> {
-    let mut generation: u16 = 0;
-    let mut backoff = Backoff::new(cfg.max_backoff);
-    let mut standing_by = false;
-    while !shutdown.is_cancelled() {
-        let started = tokio::time::Instant::now();
-        let conninfo = &cfg.source.conninfo;
-        let err: RunError = match crate::poll::session(
-            conninfo,
-            &cfg.pipeline,
-            poll,
+/// Logical replication from the slot: one session streams it from its last
+/// confirmed position.
+struct Logical<'a> {
+    cfg: &'a RunConfig,
+    shutdown: &'a CancellationToken,
+    metrics: &'a Arc<Metrics>,
+    guard: SlotGuard,
+    beat: &'a Heartbeat,
+}
+
+impl Source for Logical<'_> {
+    async fn session(&mut self, sink: &mut KafkaSink, generation: u16) -> Result<(), RunError> {
+        let stats = session(
+            self.cfg,
             sink,
             generation,
-            shutdown,
-            metrics,
+            self.shutdown,
+            self.metrics,
+            &mut self.guard,
+            self.beat,
         )
-        .await
-        {
-            Ok(()) => return Ok(()),
-            Err(err) => err.into(),
-        };
-        if !(renew_producer(sink, &err)? || err.is_transient()) {
-            return Err(err);
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            backoff.reset();
-        }
-        let delay = backoff.next();
-        if matches!(&err, RunError::Poll(e) if e.is_standby()) {
-            metrics.set_role(Role::Standby);
-            if !standing_by {
-                tracing::info!(error = %crate::report::Report(&err), "standing by to take over");
-            }
-            standing_by = true;
-        } else {
-            metrics.set_role(Role::Connecting);
-            metrics.set_replication_connected(false);
-            if ended_stalled(&err) {
-                tracing::debug!(retry_in = ?delay, "stalled poll session ended; its batch is claimed again with a new producer");
-            } else {
-                tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "poll session interrupted; the open batch was rolled back and is claimed again");
-            }
-            standing_by = false;
-            metrics.reconnected();
-        }
-        generation = generation.wrapping_add(1);
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = tokio::time::sleep(delay) => {}
+        .await?;
+        tracing::info!(
+            produced = stats.produced,
+            acked = stats.acked,
+            confirmed = %stats.confirmed,
+            drain_timed_out = stats.drain_timed_out,
+            latency_samples = stats.latency.count(),
+            latency_p50_us = stats.latency.quantile_micros(0.5),
+            latency_p99_us = stats.latency.quantile_micros(0.99),
+            in_kafka_p50_us = stats.in_kafka.quantile_micros(0.5),
+            in_kafka_p99_us = stats.in_kafka.quantile_micros(0.99),
+            "stopped"
+        );
+        Ok(())
+    }
+
+    fn held_elsewhere(&self, err: &RunError) -> bool {
+        err.is_slot_in_use()
+    }
+
+    fn standing_by(&mut self) {
+        self.guard.note_standby();
+    }
+
+    fn lines(&self) -> Lines {
+        Lines {
+            standby: "slot is held by another process; standing by to take over",
+            interrupted: "replication session interrupted; resuming from the slot",
         }
     }
-    Ok(())
+}
+
+/// `--source poll`: one session polls the table while it holds the table's lock;
+/// another relay holding that lock makes this one stand by.
+struct Polling<'a> {
+    cfg: &'a RunConfig,
+    poll: &'a crate::poll::PollConfig,
+    shutdown: &'a CancellationToken,
+    metrics: &'a Arc<Metrics>,
+}
+
+impl Source for Polling<'_> {
+    async fn session(&mut self, sink: &mut KafkaSink, generation: u16) -> Result<(), RunError> {
+        crate::poll::session(
+            &self.cfg.source.conninfo,
+            &self.cfg.pipeline,
+            self.poll,
+            sink,
+            generation,
+            self.shutdown,
+            self.metrics,
+        )
+        .await
+        .map_err(RunError::from)
+    }
+
+    fn held_elsewhere(&self, err: &RunError) -> bool {
+        matches!(err, RunError::Poll(e) if e.is_standby())
+    }
+
+    fn lines(&self) -> Lines {
+        Lines {
+            standby: "standing by to take over",
+            interrupted:
+                "poll session interrupted; the open batch was rolled back and is claimed again",
+        }
+    }
 }
 
 /// Several hosts and a `target_session_attrs` that admits a standby: after a
@@ -433,32 +398,6 @@ async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
         );
     }
     Ok(())
-}
-
-/// Retry `op` on transient errors with back-off until it succeeds or shutdown.
-async fn retry<F, Fut>(
-    cfg: &RunConfig,
-    shutdown: &CancellationToken,
-    mut op: F,
-) -> Result<(), RunError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), RunError>>,
-{
-    let mut backoff = Backoff::new(cfg.max_backoff);
-    loop {
-        match op().await {
-            Err(err) if err.is_transient() && !shutdown.is_cancelled() => {
-                let delay = backoff.next();
-                tracing::warn!(error = %crate::report::Report(&err), retry_in = ?delay, "cannot reach PostgreSQL; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Every [`PROBE_EVERY`], ask whether a broker answers the producer
@@ -620,46 +559,5 @@ fn explain(guard: &SlotGuard, err: PgError) -> RunError {
     match guard.explain(&err) {
         Some(finding) => finding.into(),
         None => PipelineError::Pg(err).into(),
-    }
-}
-
-/// Exponential back-off from 250 ms up to a cap.
-struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(250);
-
-    fn new(max: Duration) -> Self {
-        Self {
-            next: Self::FIRST,
-            max,
-        }
-    }
-
-    fn next(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (self.next * 2).min(self.max);
-        now
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::new(Duration::from_secs(1));
-        let seq: Vec<u128> = (0..5).map(|_| b.next().as_millis()).collect();
-        assert_eq!(seq, [250, 500, 1000, 1000, 1000]);
-        b.reset();
-        assert_eq!(b.next(), Duration::from_millis(250));
     }
 }
