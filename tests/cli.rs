@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::process::Stdio;
+use std::sync::mpsc::TryRecvError;
 
 use crate::support;
 
@@ -440,10 +441,15 @@ fn tail_ends_quietly_when_its_reader_leaves() {
     drop(reader);
     db.psql(insert);
     let status = wait_for("tail to exit", WAIT, || child.try_wait().ok().flatten());
-    log.extend(lines.try_iter().map(|l| l + "\n"));
-    // The reader thread sees EOF once the process is gone.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    log.extend(lines.try_iter().map(|l| l + "\n"));
+    // Everything tail wrote: its stderr up to EOF (the reader thread then ends and
+    // the channel disconnects).
+    wait_for("the end of tail's stderr", WAIT, || loop {
+        match lines.try_recv() {
+            Ok(line) => log.extend([line, "\n".into()]),
+            Err(TryRecvError::Empty) => break None,
+            Err(TryRecvError::Disconnected) => break Some(()),
+        }
+    });
     assert!(
         !log.contains("panicked") && !log.contains("error:"),
         "{log}"

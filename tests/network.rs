@@ -380,17 +380,19 @@ impl Link {
         current_lsn(&self.db)
     }
 
-    /// Hold a fault for `outage` while asserting the slot stays below `lsn` (events
-    /// committed after the fault began, which cannot have been acked).
+    /// Hold a fault until `outage` after `since` while asserting the slot stays below
+    /// `lsn` (events committed after the fault began, which cannot have been acked).
+    /// Checked at least once, and once more after the outage's end (even when writing
+    /// the events took longer than the outage), all before the caller lifts it.
     fn hold_below(&self, lsn: Lsn, outage: Duration, since: Instant) {
-        while since.elapsed() < outage {
+        let checks = support::hold_for(since, outage, Duration::from_millis(200), || {
             let confirmed = confirmed(&self.db);
             assert!(
                 confirmed < lsn,
                 "slot confirmed {confirmed} ≥ {lsn}: past events Kafka cannot have acked"
             );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
+        eprintln!("slot checked {checks} times during the outage");
     }
 
     /// Let the load go on for `more` events, stop it, check the slot catches up and

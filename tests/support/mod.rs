@@ -53,6 +53,28 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut condition: impl FnMut() ->
     }
 }
 
+/// Hold an invariant for a period: run `check` (which asserts) every `every` until
+/// `period` has passed since `since`. Do-while: `check` runs at least once however
+/// late this is called, and the last run comes after the period ended, so the whole
+/// period is covered. Returns how many times `check` ran.
+pub fn hold_for(
+    since: Instant,
+    period: Duration,
+    every: Duration,
+    mut check: impl FnMut(),
+) -> usize {
+    let mut checks = 0;
+    loop {
+        check();
+        checks += 1;
+        let left = period.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return checks;
+        }
+        std::thread::sleep(every.min(left));
+    }
+}
+
 /// Poll `current` until it equals `expected`; on timeout fail showing both.
 pub fn wait_until_eq<T: PartialEq + std::fmt::Debug>(
     what: &str,
