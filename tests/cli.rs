@@ -287,13 +287,12 @@ fn status_watch_ends_quietly_when_its_reader_leaves() {
     BufReader::new(&reader).read_line(&mut first).unwrap();
     assert!(first.contains(&db.name), "{first}");
     drop(reader);
-    let deadline = std::time::Instant::now() + WAIT;
-    while child.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("status --watch still runs {WAIT:?} after its reader left");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    let exited = support::poll_for(WAIT, std::time::Duration::from_millis(50), || {
+        child.try_wait().expect("try_wait")
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        panic!("status --watch still runs {WAIT:?} after its reader left");
     }
     let output = child.wait_with_output().expect("pgoutbox exits");
     assert_quiet_sigpipe_exit("status --watch", &output);
