@@ -306,7 +306,7 @@ fn missing_publication_is_created_insert_only() {
         )),
         "public.outbox"
     );
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    insert_one(&db, "1");
     assert_eq!(tail.take_lines(1, WAIT).len(), 1);
     assert!(tail.wait_exit(WAIT).success());
     assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
@@ -336,14 +336,14 @@ fn tail_drops_its_publication_on_signals_and_errors_and_keeps_an_existing_one() 
     }
     // An error after the publication was made: a mapped column the table lacks.
     let mut tail = start_tail(&db, &["--payload-column", "body"]);
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    insert_one(&db, "1");
     assert!(!tail.wait_exit(WAIT).success());
     assert!(tail.stderr().contains("body"), "{}", tail.stderr());
     assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
     // An existing publication is read through and left as it was.
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert, update')");
     let mut tail = start_tail(&db, &["--limit", "1"]);
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'T', '{}')");
+    insert_one(&db, "2");
     assert_eq!(tail.take_lines(1, WAIT).len(), 1);
     assert!(tail.wait_exit(WAIT).success());
     assert_eq!(publications(&db), ["pgoutbox:true|true|false|false"]);
@@ -495,6 +495,7 @@ fn kill_tail(db: &TestDb<'_>, mut tail: Pgoutbox, publication: &str) {
     );
 }
 
+/// One outbox row: aggregate `a`/`aggregate_id`, event type `T`, payload `{}`.
 fn insert_one(db: &TestDb<'_>, aggregate_id: &str) {
     db.psql(&format!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
