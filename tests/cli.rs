@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::process::Stdio;
+use std::sync::mpsc::TryRecvError;
 
 use crate::support;
 
@@ -286,13 +287,12 @@ fn status_watch_ends_quietly_when_its_reader_leaves() {
     BufReader::new(&reader).read_line(&mut first).unwrap();
     assert!(first.contains(&db.name), "{first}");
     drop(reader);
-    let deadline = std::time::Instant::now() + WAIT;
-    while child.try_wait().expect("try_wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("status --watch still runs {WAIT:?} after its reader left");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    let exited = support::poll_for(WAIT, std::time::Duration::from_millis(50), || {
+        child.try_wait().expect("try_wait")
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        panic!("status --watch still runs {WAIT:?} after its reader left");
     }
     let output = child.wait_with_output().expect("pgoutbox exits");
     assert_quiet_sigpipe_exit("status --watch", &output);
@@ -440,10 +440,15 @@ fn tail_ends_quietly_when_its_reader_leaves() {
     drop(reader);
     db.psql(insert);
     let status = wait_for("tail to exit", WAIT, || child.try_wait().ok().flatten());
-    log.extend(lines.try_iter().map(|l| l + "\n"));
-    // The reader thread sees EOF once the process is gone.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    log.extend(lines.try_iter().map(|l| l + "\n"));
+    // Everything tail wrote: its stderr up to EOF (the reader thread then ends and
+    // the channel disconnects).
+    wait_for("the end of tail's stderr", WAIT, || loop {
+        match lines.try_recv() {
+            Ok(line) => log.extend([line, "\n".into()]),
+            Err(TryRecvError::Empty) => break None,
+            Err(TryRecvError::Disconnected) => break Some(()),
+        }
+    });
     assert!(
         !log.contains("panicked") && !log.contains("error:"),
         "{log}"

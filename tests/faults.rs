@@ -241,11 +241,14 @@ fn kill_point(cycle: usize, scale: &Scale) -> KillPoint {
 /// Block until `confirmed_flush_lsn` changes.
 fn wait_status_update(monitor: &mut Monitor) {
     let before = monitor.wait_sample().confirmed;
-    let start = Instant::now();
-    while !monitor.sample().is_some_and(|s| s.confirmed != before) {
-        assert!(start.elapsed() < WAIT, "no status update within {WAIT:?}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // Polled every 2 ms: the kill that follows should land right after the update.
+    support::poll_for(WAIT, Duration::from_millis(2), || {
+        monitor
+            .sample()
+            .is_some_and(|s| s.confirmed != before)
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no status update within {WAIT:?}"));
 }
 
 /// Wait until `reader` holds at least one record of `ids`; returns how many it holds.
@@ -401,9 +404,9 @@ fn broker_outage_under_load_holds_the_slot_then_drains() {
         // Whatever commits after this point cannot have been acked by the broker.
         let cut = monitor.wait_sample().current;
         let committed_at_cut = writer.committed();
-        let start = Instant::now();
         let mut highest = 0;
-        while start.elapsed() < Duration::from_secs(secs) {
+        let outage = Duration::from_secs(secs);
+        support::hold_for(Instant::now(), outage, Duration::from_millis(200), || {
             if let Some(s) = monitor.sample() {
                 assert!(
                     s.confirmed <= cut,
@@ -412,8 +415,7 @@ fn broker_outage_under_load_holds_the_slot_then_drains() {
                 );
                 highest = highest.max(s.confirmed);
             }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
         let unacked = writer.committed() - committed_at_cut;
         assert!(
             unacked > 0,

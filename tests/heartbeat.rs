@@ -15,8 +15,8 @@ use rdkafka::ClientConfig;
 use support::kafka::{Broker, Reader};
 use support::verify::{verify, Ledger};
 use support::workload::{
-    current_lsn, http_get, run_args, slot_lsn, start_relay, start_run, topics, write_events,
-    Workload,
+    current_lsn, http_get, metric, run_args, slot_lsn, start_relay, start_run, topics,
+    write_events, Workload,
 };
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
@@ -30,14 +30,7 @@ const AGE: &str = "pgoutbox_heartbeat_age_seconds";
 const STALE_WARN: &str = "no heartbeat came back through the replication stream";
 const RECOVERED_INFO: &str = "heartbeat back through the replication stream";
 
-/// A metric's value from `/metrics`, `None` when absent.
-fn metric(relay: &Pgoutbox, name: &str) -> Option<f64> {
-    let body = http_get(relay, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-}
-
+/// A metric's value from `/metrics`; fails the test when absent.
 fn count(relay: &Pgoutbox, name: &str) -> f64 {
     metric(relay, name).unwrap_or_else(|| panic!("no {name} in /metrics"))
 }

@@ -32,6 +32,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::{Consumed, Reader};
 use support::verify::{verify, Ledger};
+use support::workload::{metric_in, metrics};
 use support::{PgCluster, Pgoutbox, WAIT};
 
 pub(crate) const TOPIC: &str = "mock.events";
@@ -564,11 +565,6 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
     assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
 }
 
-/// The relay's `/metrics` text.
-fn metrics(relay: &Pgoutbox) -> String {
-    support::workload::http_get(relay, "/metrics")
-}
-
 /// With every ack 300 ms away the relay's in-flight cap is what bounds the work
 /// outstanding: `pgoutbox_in_flight_records` never exceeds `--max-in-flight`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -592,24 +588,13 @@ async fn relay_keeps_its_in_flight_cap_when_acks_are_slow() {
     let start = Instant::now();
     let published = format!("outbox_events_published_total{{topic=\"{topic}\"}} 400");
     let mut peak = 0;
-    loop {
+    support::poll_for(WAIT * 2, Duration::from_millis(50), || {
         let text = metrics(&relay);
-        let in_flight: usize = text
-            .lines()
-            .find_map(|l| l.strip_prefix("pgoutbox_in_flight_records "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        let in_flight = metric_in(&text, "pgoutbox_in_flight_records").unwrap_or(0.0) as usize;
         peak = peak.max(in_flight);
-        if text.contains(&published) {
-            break;
-        }
-        assert!(
-            start.elapsed() < WAIT * 2,
-            "not all 400 records acked; relay:\n{}",
-            relay.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        text.contains(&published).then_some(())
+    })
+    .unwrap_or_else(|| panic!("not all 400 records acked; relay:\n{}", relay.stderr()));
     eprintln!(
         "slow acks (300 ms), --max-in-flight {cap}: 400 records acked in {:?}, in-flight gauge peaked at {peak}",
         start.elapsed()

@@ -29,7 +29,7 @@ use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::proxy::Proxy;
 use support::verify::{verify, Ledger, Verdict};
-use support::workload::{current_lsn, slot_lsn, uuid};
+use support::workload::{confirmed, current_lsn, uuid, wait_confirmed};
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
 /// The server's `wal_sender_timeout` in the private cluster.
@@ -67,32 +67,6 @@ fn start_relay(db: &TestDb<'_>, pg_port: u16, broker: &str, extra: &[&str]) -> P
 /// How many replication sessions the relay started so far.
 fn sessions(relay: &Pgoutbox) -> usize {
     relay.stderr().matches("relaying outbox to kafka").count()
-}
-
-/// The slot's `confirmed_flush_lsn` (`0/0` while unset).
-fn confirmed(db: &TestDb<'_>) -> Lsn {
-    slot_lsn(db, "confirmed_flush_lsn")
-}
-
-/// Wait until the slot confirms `lsn`; returns how long that took.
-fn wait_confirmed(db: &TestDb<'_>, lsn: Lsn, relay: &Pgoutbox, timeout: Duration) -> Duration {
-    let start = Instant::now();
-    let ok = (|| {
-        while start.elapsed() < timeout {
-            if confirmed(db) >= lsn {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    })();
-    assert!(
-        ok,
-        "the slot did not confirm {lsn} within {timeout:?} (at {}); relay:\n{}",
-        confirmed(db),
-        relay.stderr()
-    );
-    start.elapsed()
 }
 
 /// Continuous writes on a thread of their own, straight to PostgreSQL (never
@@ -385,17 +359,19 @@ impl Link {
         current_lsn(&self.db)
     }
 
-    /// Hold a fault for `outage` while asserting the slot stays below `lsn` (events
-    /// committed after the fault began, which cannot have been acked).
+    /// Hold a fault until `outage` after `since` while asserting the slot stays below
+    /// `lsn` (events committed after the fault began, which cannot have been acked).
+    /// Checked at least once, and once more after the outage's end (even when writing
+    /// the events took longer than the outage), all before the caller lifts it.
     fn hold_below(&self, lsn: Lsn, outage: Duration, since: Instant) {
-        while since.elapsed() < outage {
+        let checks = support::hold_for(since, outage, Duration::from_millis(200), || {
             let confirmed = confirmed(&self.db);
             assert!(
                 confirmed < lsn,
                 "slot confirmed {confirmed} ≥ {lsn}: past events Kafka cannot have acked"
             );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
+        eprintln!("slot checked {checks} times during the outage");
     }
 
     /// Let the load go on for `more` events, stop it, check the slot catches up and

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Consumed, Reader};
-use support::workload::{current_lsn, slot_lsn};
+use support::workload::{confirmed, current_lsn, metrics, wait_confirmed};
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
 
 const TABLE: &str = "CREATE TABLE poison_outbox (
@@ -97,25 +97,6 @@ fn insert(db: &TestDb<'_>, r: &Row) {
     db.psql(&insert_sql(r));
 }
 
-fn confirmed(db: &TestDb<'_>) -> Lsn {
-    slot_lsn(db, "confirmed_flush_lsn")
-}
-
-/// Wait until the slot is confirmed at or past `end`; on timeout show the relay's log.
-fn wait_confirmed(db: &TestDb<'_>, end: Lsn, relay: &Pgoutbox) {
-    let start = std::time::Instant::now();
-    while confirmed(db) < end {
-        assert!(
-            start.elapsed() < WAIT,
-            "slot {} not confirmed past {end} (at {}); relay:\n{}",
-            db.name,
-            confirmed(db),
-            relay.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Run `insert` in a transaction and return the WAL insert position right after
 /// its row (before the commit): a slot confirmed at or past it has passed the row.
 fn insert_lsn(db: &TestDb<'_>, insert: &str) -> Lsn {
@@ -173,11 +154,6 @@ fn start(db: &TestDb<'_>, broker: &Broker, policy: &[&str]) -> Pgoutbox {
 
 fn ids(records: &[Consumed]) -> Vec<String> {
     records.iter().map(Consumed::id).collect()
-}
-
-/// GET /metrics from the relay.
-fn metrics(relay: &Pgoutbox) -> String {
-    support::workload::http_get(relay, "/metrics")
 }
 
 fn counter(metrics: &str, cause: &str, action: &str) -> u64 {
@@ -295,7 +271,7 @@ async fn dlq_policy_dead_letters_every_cause_and_delivers_the_rest() {
     assert_eq!(renamed["id"], "renamed");
 
     // Dead letters count as delivered: the slot moves past every row.
-    wait_confirmed(&db, end, &relay);
+    wait_confirmed(&db, end, &relay, WAIT);
     let m = metrics(&relay);
     assert_eq!(counter(&m, "null-key", "dlq"), 2);
     assert_eq!(counter(&m, "invalid-topic", "dlq"), 1);
@@ -316,7 +292,7 @@ async fn skip_policy_counts_and_moves_on_without_a_dead_letter() {
     // every poison row before it was passed.
     let mut main = Reader::new(&broker.addr(), &[format!("{}.order", db.name)]);
     main.read_until("every good row", WAIT, |r| r.len() >= GOOD.len());
-    wait_confirmed(&db, end, &relay);
+    wait_confirmed(&db, end, &relay, WAIT);
     let mut got = ids(&main.records);
     got.sort();
     let mut want: Vec<_> = GOOD.iter().map(|r| r.id.to_owned()).collect();
@@ -426,7 +402,7 @@ async fn invalid_utf8_in_a_sql_ascii_database_is_poison_or_passes_as_bytes() {
     // Routing value with invalid UTF-8: no legal topic.
     insert(&db, &row("bin-route", "E'or\\xffder'", "'k'", "'{}'"));
     let end = current_lsn(&db);
-    wait_confirmed(&db, end, &relay);
+    wait_confirmed(&db, end, &relay, WAIT);
     let mut main = Reader::new(&broker.addr(), &[format!("{}.order", db.name)]);
     main.read_until("the binary-key row", WAIT, |r| !r.is_empty());
     assert_eq!(ids(&main.records), ["bin-key"]);

@@ -123,15 +123,14 @@ async fn slot_is_not_confirmed_past_events_the_broker_has_not_acked() {
     .await;
     let committed = current_lsn(&db);
     // For 30 s the slot must stay below the commit of the unacknowledged events.
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(30) {
+    let (since, down) = (Instant::now(), Duration::from_secs(30));
+    support::hold_for(since, down, Duration::from_millis(500), || {
         let confirmed = slot_lsn(&db, "confirmed_flush_lsn");
         assert!(
             confirmed < committed,
             "slot confirmed {confirmed} ≥ {committed} while the broker is down"
         );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    });
     broker.resume();
     let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
     let complete = reader.try_read_until(WAIT * 2, |r| {

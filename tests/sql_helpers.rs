@@ -7,7 +7,6 @@ use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use support::{PgCluster, TestDb};
 
@@ -526,6 +525,11 @@ async fn consumer_dedup_concurrent_duplicate_waits_for_the_first() {
         };
         let a = db.client().await;
         let b = db.client().await;
+        let b_pid: i32 = b
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
         a.batch_execute("BEGIN").await.unwrap();
         assert_eq!(a.execute(mark, &[&event_id]).await.unwrap(), 1);
 
@@ -535,7 +539,16 @@ async fn consumer_dedup_concurrent_duplicate_waits_for_the_first() {
             b.batch_execute("COMMIT").await.unwrap();
             n
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The server shows the duplicate's session waiting for a lock it was not
+        // granted (the first transaction's id): it started and is blocked.
+        let waiting = format!("SELECT count(*) FROM pg_locks WHERE pid = {b_pid} AND NOT granted");
+        tokio::task::block_in_place(|| {
+            support::wait_for(
+                "the duplicate to wait for the first transaction's lock",
+                support::WAIT,
+                || (count(&db, &waiting) > 0).then_some(()),
+            )
+        });
         assert!(
             !second.is_finished(),
             "the duplicate must wait for the first transaction"

@@ -43,24 +43,7 @@ const WORKLOAD: Workload<'static> = Workload {
 
 /// A metric's value from `/metrics` (0 when absent).
 fn metric(relay: &Pgoutbox, name: &str) -> f64 {
-    let body = http_get(relay, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// Wait until the relay logged `needle`; on timeout fail showing its log.
-fn wait_log(relay: &Pgoutbox, needle: &str) {
-    let start = Instant::now();
-    while !relay.stderr().contains(needle) {
-        assert!(
-            start.elapsed() < WAIT,
-            "no {needle:?} within {WAIT:?}; relay:\n{}",
-            relay.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::workload::metric(relay, name).unwrap_or(0.0)
 }
 
 /// The relay's stall reports and what it did next, for the reader of the output.
@@ -134,7 +117,7 @@ async fn broker_restart_with_records_in_flight_is_reported_and_recovered() {
         .extend(write_in_flight(&db, &relay, &mut rng, 3).await.committed);
     broker.start_again();
     let restarted = Instant::now();
-    wait_log(&relay, "no kafka ack for the oldest in-flight record");
+    relay.wait_stderr("no kafka ack for the oldest in-flight record", WAIT);
     let detected = restarted.elapsed();
     // New events flow again, after the ones that were stuck.
     write_events(&db.client().await, &mut rng, &mut ledger, &WORKLOAD, 10).await;
@@ -154,24 +137,20 @@ async fn broker_restart_with_records_in_flight_is_reported_and_recovered() {
 /// what the waiting events' WAL holds and at most what `status` read after it.
 async fn assert_lag_agrees_with_status(db: &TestDb<'_>, relay: &Pgoutbox, written: Lsn) -> u64 {
     let info = ConnInfo::parse_with_env(&db.url(), &|_| None).unwrap();
-    let start = Instant::now();
-    loop {
+    let mut last = String::new();
+    let agreed = support::poll_for_async(WAIT, Duration::from_millis(200), async || {
         let gauge = metric(relay, "pgoutbox_slot_lag_bytes") as u64;
         let confirmed = Lsn(metric(relay, "pgoutbox_confirmed_lsn") as u64);
         let shown = status(&info, &db.name).await.unwrap();
         let (status_confirmed, status_lag) = (shown.confirmed_flush_lsn, shown.lag_bytes);
         let floor = written.bytes_since(confirmed);
-        if status_confirmed == Some(confirmed)
-            && status_lag.is_some_and(|lag| floor <= gauge && gauge <= lag)
-        {
-            return gauge;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "lag gauge {gauge} at confirmed {confirmed} vs status {shown:?} (events written up to {written})"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        last = format!("lag gauge {gauge} at confirmed {confirmed} vs status {shown:?}");
+        (status_confirmed == Some(confirmed)
+            && status_lag.is_some_and(|lag| floor <= gauge && gauge <= lag))
+        .then_some(gauge)
+    })
+    .await;
+    agreed.unwrap_or_else(|| panic!("{last} (events written up to {written})"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +166,7 @@ async fn a_black_holed_kafka_link_is_a_stall_on_readyz_and_the_lag_gauge_matches
     let written = current_lsn(&db);
     let lag = assert_lag_agrees_with_status(&db, &relay, written).await;
     assert!(lag > 0, "events wait: the lag gauge must show them");
-    wait_log(&relay, "no kafka ack for the oldest in-flight record");
+    relay.wait_stderr("no kafka ack for the oldest in-flight record", WAIT);
     let detected = held.elapsed();
     // The replaced producer meets the same black hole: no ack, still stalled.
     let ready = http_get(&relay, "/readyz");

@@ -306,7 +306,7 @@ fn missing_publication_is_created_insert_only() {
         )),
         "public.outbox"
     );
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    insert_one(&db, "1");
     assert_eq!(tail.take_lines(1, WAIT).len(), 1);
     assert!(tail.wait_exit(WAIT).success());
     assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
@@ -336,14 +336,14 @@ fn tail_drops_its_publication_on_signals_and_errors_and_keeps_an_existing_one() 
     }
     // An error after the publication was made: a mapped column the table lacks.
     let mut tail = start_tail(&db, &["--payload-column", "body"]);
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '1', 'T', '{}')");
+    insert_one(&db, "1");
     assert!(!tail.wait_exit(WAIT).success());
     assert!(tail.stderr().contains("body"), "{}", tail.stderr());
     assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
     // An existing publication is read through and left as it was.
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert, update')");
     let mut tail = start_tail(&db, &["--limit", "1"]);
-    db.psql("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', '2', 'T', '{}')");
+    insert_one(&db, "2");
     assert_eq!(tail.take_lines(1, WAIT).len(), 1);
     assert!(tail.wait_exit(WAIT).success());
     assert_eq!(publications(&db), ["pgoutbox:true|true|false|false"]);
@@ -452,4 +452,153 @@ fn events_with_an_illegal_topic_are_marked() {
     assert_eq!(json[1]["topic"], "outbox.event.order");
     assert!(json[1].get("topic_invalid").is_none(), "{}", lines[1]);
     assert!(tail.wait_exit(WAIT).success());
+}
+
+/// The `pgoutbox_tail_…` publications of `db`, sorted.
+fn tail_publications(db: &TestDb<'_>) -> Vec<String> {
+    let text = db.psql(
+        "SELECT pubname FROM pg_publication WHERE pubname LIKE 'pgoutbox\\_tail\\_%' ORDER BY pubname",
+    );
+    text.lines().map(str::to_owned).collect()
+}
+
+/// Start a tail that creates its own publication; returns it and that publication.
+fn tail_with_own_publication(db: &TestDb<'_>) -> (Pgoutbox, String) {
+    let before = tail_publications(db);
+    let tail = start_tail(db, &[]);
+    let new: Vec<String> = tail_publications(db)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(new.len(), 1, "one new publication: {new:?}");
+    (tail, new[0].clone())
+}
+
+/// SIGKILL a tail (no chance to drop its publication); returns once the server
+/// ended its sessions: no slot of the publication's name is left.
+fn kill_tail(db: &TestDb<'_>, mut tail: Pgoutbox, publication: &str) {
+    tail.signal("KILL");
+    tail.wait_exit(WAIT);
+    wait_until_eq(
+        "the killed tail's sessions to end (its temporary slots with them)",
+        WAIT,
+        &"0".to_owned(),
+        || {
+            db.psql(&format!(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{publication}'"
+            ))
+        },
+    );
+    assert!(
+        tail_publications(db).iter().any(|p| p == publication),
+        "SIGKILL leaves the publication {publication}"
+    );
+}
+
+/// One outbox row: aggregate `a`/`aggregate_id`, event type `T`, payload `{}`.
+fn insert_one(db: &TestDb<'_>, aggregate_id: &str) {
+    db.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('a', '{aggregate_id}', 'T', '{{}}')"
+    ));
+}
+
+/// House II item 7: a tail killed with SIGKILL leaves its publication; `check`
+/// reports it, the next tail drops it (and says so), a publication merely named
+/// like tail's is kept.
+#[test]
+fn a_killed_tails_publication_is_reported_by_check_and_dropped_by_the_next_tail() {
+    let db = PgCluster::shared().fresh_db();
+    // Lookalikes the tool never generates.
+    for name in [
+        "pgoutbox_tail_mine",
+        "pgoutbox_tail_1_2_3",
+        "pgoutbox_tail_1_",
+    ] {
+        db.psql(&format!("CREATE PUBLICATION \"{name}\" FOR TABLE outbox"));
+    }
+    let lookalikes = tail_publications(&db);
+    let (killed, left) = tail_with_own_publication(&db);
+    kill_tail(&db, killed, &left);
+    let leftovers: Vec<&str> = lookalikes
+        .iter()
+        .map(String::as_str)
+        .chain([left.as_str()])
+        .collect();
+
+    let mut check = Pgoutbox::spawn(&["check", "--database-url", &db.url()]);
+    check.wait_exit(WAIT);
+    let report = check.stdout_so_far().join("\n");
+    let named: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains("tail_publication"))
+        .collect();
+    assert_eq!(named.len(), 1, "{report}");
+    assert!(
+        named[0].contains(&format!("DROP PUBLICATION IF EXISTS \"{left}\";")),
+        "{report}"
+    );
+    assert_eq!(
+        tail_publications(&db).len(),
+        leftovers.len(),
+        "check only reads"
+    );
+
+    let (mut next, own) = tail_with_own_publication(&db);
+    let mut expected = lookalikes.clone();
+    expected.push(own.clone());
+    expected.sort();
+    assert_eq!(tail_publications(&db), expected, "{}", next.stderr());
+    assert!(
+        next.stderr()
+            .lines()
+            .any(|l| l.contains("dropped publications left behind") && l.contains(&left)),
+        "{}",
+        next.stderr()
+    );
+    next.signal("TERM");
+    assert!(next.wait_exit(WAIT).success(), "{}", next.stderr());
+    assert_eq!(tail_publications(&db), lookalikes);
+}
+
+/// House II item 7: `teardown` drops a killed tail's publication, and neither
+/// `teardown` nor another tail ever drops the publication of a tail that runs.
+#[test]
+fn teardown_drops_a_killed_tails_publication_and_never_a_live_ones() {
+    let db = PgCluster::shared().fresh_db();
+    let (killed, left) = tail_with_own_publication(&db);
+    kill_tail(&db, killed, &left);
+    let (mut live, in_use) = tail_with_own_publication(&db);
+    assert_eq!(
+        tail_publications(&db),
+        [in_use.as_str()],
+        "the next tail drops {left}"
+    );
+    let (mut other, also_in_use) = tail_with_own_publication(&db);
+    let mut both = vec![in_use.clone(), also_in_use];
+    both.sort();
+    assert_eq!(
+        tail_publications(&db),
+        both,
+        "another tail keeps a live one's"
+    );
+    other.signal("TERM");
+    assert!(other.wait_exit(WAIT).success(), "{}", other.stderr());
+
+    let (killed, left) = tail_with_own_publication(&db);
+    kill_tail(&db, killed, &left);
+    let url = db.url();
+    let mut teardown = Pgoutbox::spawn(&["teardown", "--database-url", &url, "--yes"]);
+    assert!(teardown.wait_exit(WAIT).success(), "{}", teardown.stderr());
+    let out = teardown.stdout_so_far().join("\n");
+    assert!(out.contains(&left), "teardown names what it dropped: {out}");
+    assert_eq!(tail_publications(&db), [in_use.as_str()], "{out}");
+
+    // The live tail still reads through its publication.
+    insert_one(&db, "after-teardown");
+    let lines = parse(&live.take_lines(1, WAIT));
+    assert_eq!(lines[0].aggregate_id, "after-teardown");
+    live.signal("TERM");
+    assert!(live.wait_exit(WAIT).success(), "{}", live.stderr());
+    assert_eq!(tail_publications(&db), Vec::<String>::new());
 }

@@ -14,6 +14,13 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use support::tls::uses_tls;
 use support::{ClusterOptions, PgCluster, Pgoutbox, WAIT};
 
+/// pg_hba.conf of a server that accepts TLS sessions only: a session proves TLS.
+const HOSTSSL_ONLY: &str = "\
+local all all trust
+hostssl all all 127.0.0.1/32 trust
+hostssl replication all 127.0.0.1/32 trust
+";
+
 struct Pki {
     cluster: PgCluster,
     ca_file: PathBuf,
@@ -43,22 +50,8 @@ fn pki() -> &'static Pki {
             .push(DnType::CommonName, "localhost");
         let server_cert = server.signed_by(&server_key, &ca_cert, &ca_key).unwrap();
         let cluster = PgCluster::start(ClusterOptions {
-            conf: vec![
-                "ssl = on".into(),
-                "ssl_cert_file = 'server.crt'".into(),
-                "ssl_key_file = 'server.key'".into(),
-            ],
-            files: vec![
-                ("server.crt".into(), server_cert.pem().into_bytes()),
-                ("server.key".into(), server_key.serialize_pem().into_bytes()),
-            ],
-            hba: Some(
-                "local all all trust\n\
-                 hostssl all all 127.0.0.1/32 trust\n\
-                 hostssl replication all 127.0.0.1/32 trust\n"
-                    .into(),
-            ),
-            ..ClusterOptions::default()
+            hba: Some(HOSTSSL_ONLY.into()),
+            ..support::tls::server_options(&server_cert.pem(), &server_key.serialize_pem())
         });
         let dir = std::env::temp_dir().join(format!("pgoutbox-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -194,21 +187,8 @@ async fn direct_tls_negotiation_on_postgresql_17() {
     let server = direct_pki.issue("direct-server", "localhost", &["localhost"]);
     let options = ClusterOptions {
         bindir: Some(support::pg17_bindir()),
-        conf: vec![
-            "ssl = on".into(),
-            "ssl_cert_file = 'server.crt'".into(),
-            "ssl_key_file = 'server.key'".into(),
-        ],
-        files: vec![
-            ("server.crt".into(), server.cert_pem.clone().into_bytes()),
-            ("server.key".into(), server.key_pem.clone().into_bytes()),
-        ],
-        hba: Some(
-            "local all all trust\n\
-             hostssl all all 127.0.0.1/32 trust\n\
-             hostssl replication all 127.0.0.1/32 trust\n"
-                .into(),
-        ),
+        hba: Some(HOSTSSL_ONLY.into()),
+        ..server.server_options()
     };
     let cluster = tokio::task::spawn_blocking(move || PgCluster::start(options))
         .await

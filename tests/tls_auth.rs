@@ -17,7 +17,7 @@ use support::kafka::{Broker, Reader};
 use support::tls::{uses_tls, Issued, Pki, Terminator};
 use support::verify::{verify, Ledger};
 use support::workload::{relay_args, start_relay};
-use support::{ClusterOptions, PgCluster, Pgoutbox, TestDb, WAIT};
+use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 
 /// Members of `cert_users` log in with a client certificate (TLS only), members of
 /// `md5_users` with md5 (TLS only), members of `scram_users` with SCRAM over TLS or
@@ -45,21 +45,13 @@ struct Setup {
 /// A TLS cluster with server certificate `server` (valid for `localhost`) and
 /// `ssl_ca_file` = the CA of `pki`, so it verifies client certificates from it.
 fn tls_cluster(pki: &Pki, server: &Issued) -> PgCluster {
-    let cluster = PgCluster::start(ClusterOptions {
-        conf: vec![
-            "ssl = on".into(),
-            "ssl_cert_file = 'server.crt'".into(),
-            "ssl_key_file = 'server.key'".into(),
-            "ssl_ca_file = 'root.crt'".into(),
-        ],
-        files: vec![
-            ("server.crt".into(), server.cert_pem.clone().into_bytes()),
-            ("server.key".into(), server.key_pem.clone().into_bytes()),
-            ("root.crt".into(), pki.ca_pem().into_bytes()),
-        ],
-        hba: Some(HBA.into()),
-        ..ClusterOptions::default()
-    });
+    let mut options = server.server_options();
+    options.conf.push("ssl_ca_file = 'root.crt'".into());
+    options
+        .files
+        .push(("root.crt".into(), pki.ca_pem().into_bytes()));
+    options.hba = Some(HBA.into());
+    let cluster = PgCluster::start(options);
     cluster.psql("postgres", "CREATE ROLE cert_users NOLOGIN");
     cluster
 }

@@ -14,7 +14,10 @@
 //!   database — is dropped; anything else of that name is someone else's;
 //! - the state file is removed only once the slot is gone, and only when it records
 //!   this server (its system identifier): a file of another server — e.g. teardown
-//!   aimed at a failover target that never had the slot — is kept and said so.
+//!   aimed at a failover target that never had the slot — is kept and said so;
+//! - publications killed `tail`s left behind go too, and only those: never one a
+//!   running tail reads through ([`crate::tail::leftovers`] says how they are told
+//!   apart).
 
 use std::path::{Path, PathBuf};
 
@@ -77,12 +80,14 @@ pub struct TeardownOutcome {
     pub publication_dropped: bool,
     /// The relay's state file of the slot.
     pub state: StateCleanup,
+    /// Publications killed `tail`s left behind, dropped now.
+    pub tail_publications_dropped: Vec<String>,
 }
 
 impl TeardownOutcome {
     /// `{"slot", "slot_dropped", "publication", "publication_dropped",
-    /// "state_file", "state_file_removed"}` (`state_file` is null with
-    /// `--state-dir off`).
+    /// "state_file", "state_file_removed", "tail_publications_dropped"}`
+    /// (`state_file` is null with `--state-dir off`).
     pub fn to_json(&self) -> serde_json::Value {
         let (path, removed) = match &self.state {
             StateCleanup::Off => (None, false),
@@ -96,6 +101,7 @@ impl TeardownOutcome {
             "publication_dropped": self.publication_dropped,
             "state_file": path.map(|p| p.display().to_string()),
             "state_file_removed": removed,
+            "tail_publications_dropped": self.tail_publications_dropped,
         })
     }
 
@@ -136,6 +142,11 @@ impl TeardownOutcome {
                 path.display()
             )),
         }
+        for name in &self.tail_publications_dropped {
+            out.push_str(&format!(
+                "publication {name}: dropped (left behind by a killed tail)\n"
+            ));
+        }
         out
     }
 }
@@ -152,6 +163,9 @@ pub async fn teardown(
     let client = catalog::connect(conninfo).await?;
     let slot_dropped = drop_slot(&client, slot).await?;
     let publication_dropped = drop_publication(&client, publication).await?;
+    let tail_publications_dropped = crate::tail::drop_leftovers(&client)
+        .await
+        .map_err(|e| query_failed("dropping publications killed tails left behind".into(), e))?;
     let state = match state_dir {
         Some(dir) => clear_state(&client, StateFile::at(dir, &conninfo.dbname, slot)).await?,
         None => StateCleanup::Off,
@@ -162,6 +176,7 @@ pub async fn teardown(
         publication: publication.to_owned(),
         publication_dropped,
         state,
+        tail_publications_dropped,
     })
 }
 
@@ -303,6 +318,7 @@ mod tests {
                 path: "/var/lib/pgoutbox/shop.s.state".into(),
                 confirmed: Lsn(0x16B_3748),
             },
+            tail_publications_dropped: vec![],
         };
         assert_eq!(
             outcome.render(),
@@ -325,6 +341,19 @@ mod tests {
             .render()
             .contains("removed — the slot was already gone, so events committed after 0/16B3748"));
         assert_eq!(off.to_json()["state_file"], serde_json::Value::Null);
+        let leftovers = TeardownOutcome {
+            tail_publications_dropped: vec!["pgoutbox_tail_7_1".into()],
+            ..off
+        };
+        assert_eq!(
+            leftovers.render(),
+            "replication slot s: dropped\npublication p: already absent\n\
+             publication pgoutbox_tail_7_1: dropped (left behind by a killed tail)\n"
+        );
+        assert_eq!(
+            leftovers.to_json()["tail_publications_dropped"],
+            serde_json::json!(["pgoutbox_tail_7_1"])
+        );
     }
 
     #[test]

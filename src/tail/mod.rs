@@ -14,7 +14,8 @@
 //! transaction only after it committed, and never sends rolled-back subtransactions);
 //! a closed stdout (`| head`) ends tail quietly; tail leaves the database as it found
 //! it — the temporary slot ends with the connection, and a publication tail had to
-//! create is dropped however tail ends, short of being killed (see `publication.rs`).
+//! create is dropped however tail ends; one a killed tail left behind goes with the
+//! next tail or `teardown` (see `publication.rs`).
 
 pub mod format;
 mod message;
@@ -37,6 +38,7 @@ use crate::pg::source::sql_client;
 use crate::pg::source::SourceConfig;
 
 pub use format::TailEvent;
+pub use publication::{drop_leftovers, drop_sql, is_tail_name, leftovers};
 
 /// Settings of `pgoutbox tail`.
 #[derive(Debug, Clone)]
@@ -126,7 +128,7 @@ pub async fn run(
                 .ok_or_else(|| CatalogError::MissingSlot { slot: slot.clone() })?;
             catalog::check_slot_kind(&info)?;
         }
-        (publication::prepare(&client, source).await?, host)
+        (publication::prepare(client, source).await?, host)
     };
     let on_host = source.conninfo.for_host(&host);
     let result = stream(cfg, &on_host, &publication.name, out, shutdown).await;
@@ -149,7 +151,7 @@ async fn stream(
         let (slot, start) = match &cfg.slot {
             Some(slot) => (slot.clone(), Lsn::INVALID),
             None => {
-                let name = temporary_name();
+                let name = publication::temporary_name();
                 let start = repl.create_logical_slot(&name, true).await?;
                 (name, start)
             }
@@ -222,15 +224,6 @@ fn print(
     .map_err(TailError::Output)?;
     *printed += 1;
     Ok(())
-}
-
-/// A name for tail's temporary slot or publication: unique per process and moment.
-fn temporary_name() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("pgoutbox_tail_{}_{nanos}", std::process::id())
 }
 
 struct TailState<'a> {

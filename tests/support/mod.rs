@@ -37,15 +37,18 @@ use std::time::{Duration, Instant};
 /// Generous default timeout for conditions: CI machines are shared and loaded.
 pub const WAIT: Duration = Duration::from_secs(60);
 
-/// Poll `condition` until it returns `Some`, or panic after `timeout` with `what`.
-pub fn wait_for<T>(what: &str, timeout: Duration, condition: impl FnMut() -> Option<T>) -> T {
-    wait_for_opt(timeout, condition)
-        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
-}
+/// How often [`wait_for`] and [`wait_until_eq`] look again.
+const POLL: Duration = Duration::from_millis(50);
 
-/// Poll `condition` until it returns `Some`, or give `None` after `timeout` (for
-/// a caller that acts on the timeout itself).
-pub fn wait_for_opt<T>(timeout: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
+/// Poll `condition` every `every` until it returns `Some`, or `None` once `timeout`
+/// has passed: every bounded wait of the tests goes through here (or its async twin
+/// [`poll_for_async`]). `condition` runs at least once, and once more after the
+/// timeout has passed before this gives up.
+pub fn poll_for<T>(
+    timeout: Duration,
+    every: Duration,
+    mut condition: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = condition() {
@@ -54,7 +57,58 @@ pub fn wait_for_opt<T>(timeout: Duration, mut condition: impl FnMut() -> Option<
         if start.elapsed() >= timeout {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
+    }
+}
+
+/// [`poll_for`] for conditions that await (sleeps without blocking the runtime).
+pub async fn poll_for_async<T>(
+    timeout: Duration,
+    every: Duration,
+    mut condition: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = condition().await {
+            return Some(v);
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Poll `condition` until it returns `Some`, or panic after `timeout` with `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, condition: impl FnMut() -> Option<T>) -> T {
+    wait_for_opt(timeout, condition)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// [`poll_for`] at the usual pace, for a caller that acts on the timeout itself.
+pub fn wait_for_opt<T>(timeout: Duration, condition: impl FnMut() -> Option<T>) -> Option<T> {
+    poll_for(timeout, POLL, condition)
+}
+
+/// Hold an invariant for a period: run `check` (which asserts) every `every` until
+/// `period` has passed since `since`. Do-while: `check` runs at least once however
+/// late this is called, and the last run comes after the period ended, so the whole
+/// period is covered. Returns how many times `check` ran.
+pub fn hold_for(
+    since: Instant,
+    period: Duration,
+    every: Duration,
+    mut check: impl FnMut(),
+) -> usize {
+    let mut checks = 0;
+    loop {
+        check();
+        checks += 1;
+        let left = period.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return checks;
+        }
+        std::thread::sleep(every.min(left));
     }
 }
 
@@ -65,19 +119,19 @@ pub fn wait_until_eq<T: PartialEq + std::fmt::Debug>(
     expected: &T,
     mut current: impl FnMut() -> T,
 ) {
-    let start = Instant::now();
-    loop {
+    let mut last = None;
+    let reached = poll_for(timeout, POLL, || {
         let now = current();
-        if &now == expected {
-            return;
-        }
-        if start.elapsed() >= timeout {
-            assert_eq!(
-                &now, expected,
-                "timed out after {timeout:?} waiting for {what}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        let done = (&now == expected).then_some(());
+        last = Some(now);
+        done
+    });
+    if reached.is_none() {
+        let last = last.expect("polled at least once");
+        assert_eq!(
+            &last, expected,
+            "timed out after {timeout:?} waiting for {what}"
+        );
     }
 }
 
@@ -649,10 +703,17 @@ impl Pgoutbox {
         out
     }
 
-    /// Wait until stderr contains `needle` (e.g. a startup log line).
+    /// Wait until stderr contains `needle` (e.g. a startup log line); on timeout
+    /// fail showing stderr.
     pub fn wait_stderr(&self, needle: &str, timeout: Duration) {
-        wait_for(&format!("{needle:?} on pgoutbox's stderr"), timeout, || {
+        poll_for(timeout, POLL, || {
             self.stderr().contains(needle).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "timed out after {timeout:?} waiting for {needle:?} on pgoutbox's stderr:\n{}",
+                self.stderr()
+            )
         });
     }
 

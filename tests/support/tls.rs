@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pgoutbox::pg::source::replication::ReplicationClient;
+
+use super::ClusterOptions;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SignatureAlgorithm};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -117,7 +119,30 @@ impl Pki {
     }
 }
 
+/// Options for a cluster with TLS on (`ssl = on`) presenting the certificate
+/// `cert_pem` with its key `key_pem` (as `server.crt`, `server.key`); a test adds a
+/// CA file, its pg_hba.conf, other binaries.
+pub fn server_options(cert_pem: &str, key_pem: &str) -> ClusterOptions {
+    ClusterOptions {
+        conf: vec![
+            "ssl = on".into(),
+            "ssl_cert_file = 'server.crt'".into(),
+            "ssl_key_file = 'server.key'".into(),
+        ],
+        files: vec![
+            ("server.crt".into(), cert_pem.as_bytes().to_vec()),
+            ("server.key".into(), key_pem.as_bytes().to_vec()),
+        ],
+        ..ClusterOptions::default()
+    }
+}
+
 impl Issued {
+    /// [`server_options`] presenting this certificate.
+    pub fn server_options(&self) -> ClusterOptions {
+        server_options(&self.cert_pem, &self.key_pem)
+    }
+
     /// The certificate in DER.
     pub fn der(&self) -> &[u8] {
         &self.der

@@ -21,7 +21,7 @@ use pgoutbox::pg::lsn::Lsn;
 
 use super::kafka::Reader;
 use super::verify::{self, Ledger};
-use super::{wait_for, Pgoutbox, Rng, TestDb, WAIT};
+use super::{poll_for, wait_for, Pgoutbox, Rng, TestDb, WAIT};
 
 /// A random version-4 UUID as text.
 pub fn uuid(rng: &mut Rng) -> String {
@@ -118,6 +118,28 @@ pub fn slot_lsn(db: &TestDb<'_>, column: &str) -> Lsn {
     parse_lsn(&text)
 }
 
+/// `db`'s slot's `confirmed_flush_lsn` (`0/0` while unset).
+pub fn confirmed(db: &TestDb<'_>) -> Lsn {
+    slot_lsn(db, "confirmed_flush_lsn")
+}
+
+/// Wait until `db`'s slot confirms `lsn` (at or past it); returns how long that
+/// took. On timeout fail showing where the slot is and the relay's log.
+pub fn wait_confirmed(db: &TestDb<'_>, lsn: Lsn, relay: &Pgoutbox, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    poll_for(timeout, Duration::from_millis(50), || {
+        (confirmed(db) >= lsn).then(|| start.elapsed())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "slot {} did not confirm {lsn} within {timeout:?} (at {}); relay:\n{}",
+            db.name,
+            confirmed(db),
+            relay.stderr()
+        )
+    })
+}
+
 /// The server's current WAL write position: at or past the commit of everything
 /// committed so far.
 pub fn current_lsn(db: &TestDb<'_>) -> Lsn {
@@ -129,6 +151,23 @@ pub fn parse_lsn(text: &str) -> Lsn {
     text.trim()
         .parse()
         .unwrap_or_else(|e| panic!("an LSN from the server: {e}"))
+}
+
+/// The relay's `/metrics` text.
+pub fn metrics(relay: &Pgoutbox) -> String {
+    http_get(relay, "/metrics")
+}
+
+/// The unlabelled metric `name` in the relay's `/metrics`, if it is shown.
+pub fn metric(relay: &Pgoutbox, name: &str) -> Option<f64> {
+    metric_in(&metrics(relay), name)
+}
+
+/// The unlabelled metric `name` in a `/metrics` text, if it is shown.
+pub fn metric_in(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// GET `path` from the relay's HTTP endpoint (address taken from its startup log).
@@ -558,13 +597,11 @@ impl Monitor {
     /// `None` after `timeout`.
     pub fn confirmed_past(&mut self, lsn: u64, timeout: Duration) -> Option<Duration> {
         let start = Instant::now();
-        while start.elapsed() < timeout {
-            if self.sample().is_some_and(|s| s.confirmed > lsn) {
-                return Some(start.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        poll_for(timeout, Duration::from_millis(20), || {
+            self.sample()
+                .is_some_and(|s| s.confirmed > lsn)
+                .then(|| start.elapsed())
+        })
     }
 
     /// [`Monitor::confirmed_past`], failing the test with `what` and `log` on timeout.

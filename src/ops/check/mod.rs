@@ -12,6 +12,7 @@
 //!              │  publication_partition_root, publication_columns                    (objects.rs)
 //!              ├─ messages, publication_empty (--messages-only)                      (messages.rs)
 //!              ├─ slot, slot_wal_status                                              (objects.rs)
+//!              ├─ tail_publication  per publication a killed tail left behind        (objects.rs)
 //!              ├─ slot_failover, synchronized_standby_slots (17+)                    (failover.rs)
 //!              └─ max_slot_wal_keep_size                                             (server.rs)
 //!  topic_template  per outbox table (no connection needed)                            (settings.rs)
@@ -307,6 +308,7 @@ async fn postgres_checks(
     let info = slot.as_ref().ok().and_then(Option::as_ref).cloned();
     let url = input.conninfo.redacted();
     objects::slot_checks(&input.slot, &facts.database, slot, checks);
+    checks.extend(objects::tail_leftover_checks(client).await);
     checks.extend(failover::failover_checks(&failover::FailoverInput {
         version_num: facts.version_num,
         standby_slots: facts.synchronized_standby_slots.as_deref(),

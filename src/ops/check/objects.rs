@@ -467,6 +467,30 @@ pub(super) fn slot_checks(
     }
 }
 
+/// One `tail_publication` per publication a killed `tail` left behind (none when
+/// there is none): harmless to the relay (`ok`), with the SQL that drops it.
+pub(super) async fn tail_leftover_checks(client: &Client) -> Vec<Check> {
+    match crate::tail::leftovers(client).await {
+        Ok(names) => names
+            .iter()
+            .map(|name| {
+                Check::pass(
+                    "tail_publication",
+                    name,
+                    "left behind by a killed `pgoutbox tail` (no tail holds a slot of its name); \
+                     the next tail or `pgoutbox teardown` drops it",
+                )
+                .suggest(format!("{};", crate::tail::drop_sql(name)))
+            })
+            .collect(),
+        Err(err) => vec![Check::query_failed(
+            "tail_publication",
+            "pgoutbox_tail_*",
+            &err,
+        )],
+    }
+}
+
 fn wal_status_check(slot: &str, status: &str, confirmed: &str, drop_it: &str) -> Check {
     match status {
         "lost" => Check::fail(
