@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::support::{wait_for, WAIT};
+use crate::support::{hold_for, poll_for, wait_for, WAIT};
 
 /// One consumed record.
 #[derive(Debug, Clone)]
@@ -197,14 +197,14 @@ impl Reader {
         timeout: Duration,
         done: impl Fn(&[Consumed]) -> bool,
     ) -> bool {
-        let start = Instant::now();
-        while !done(&self.records) {
-            if start.elapsed() >= timeout {
-                return self.last_chance(done);
+        let read = poll_for(timeout, Duration::ZERO, || {
+            if done(&self.records) {
+                return Some(());
             }
             self.poll(Duration::from_millis(200));
-        }
-        true
+            None
+        });
+        read.is_some() || self.last_chance(done)
     }
 
     /// A stalled wait's last chance: one new consumer at this reader's positions,
@@ -218,19 +218,20 @@ impl Reader {
         let (before, at) = (self.records.len(), self.positions.clone());
         self.stalls += 1;
         self.consumer = Self::assigned(&self.brokers, &self.extra, &self.positions);
-        let until = Instant::now() + LAST_CHANCE_MAX;
         let mut read_at = Instant::now();
-        while !done(&self.records)
-            && Instant::now() < until
-            && read_at.elapsed() < LAST_CHANCE_QUIET
-        {
+        // Ends early (`Some`) once done or quiet for LAST_CHANCE_QUIET.
+        poll_for(LAST_CHANCE_MAX, Duration::ZERO, || {
+            if done(&self.records) || read_at.elapsed() >= LAST_CHANCE_QUIET {
+                return Some(());
+            }
             let had = self.records.len();
             self.progress_at = Instant::now(); // no rebuilds meanwhile
             self.poll(Duration::from_millis(200));
             if self.records.len() > had {
                 read_at = Instant::now();
             }
-        }
+            None
+        });
         let ok = done(&self.records);
         eprintln!(
             "reader stalled at {at:?}; a consumer left alone there read {} more records ({})",
@@ -272,9 +273,11 @@ impl Reader {
         // What a consumer starting where this reader stands gets now.
         let probe = Self::assigned(&self.brokers, &self.extra, &self.positions);
         let mut first: std::collections::BTreeMap<(String, i32), String> = Default::default();
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            match probe.poll(Duration::from_millis(100)) {
+        hold_for(
+            Instant::now(),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            || match probe.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     let tp = (m.topic().to_owned(), m.partition());
                     first
@@ -287,8 +290,8 @@ impl Reader {
                         .or_insert_with(|| e.to_string());
                 }
                 None => {}
-            }
-        }
+            },
+        );
         text + &format!(
             "\n  offset gaps seen by this reader: {:?}\n  records read again below the position: {}\n  at this reader's positions {:?} a new consumer first gets: {:?}",
             self.gaps, self.rereads, self.positions, first
@@ -297,10 +300,9 @@ impl Reader {
 
     /// Keep polling for `quiet` more time (to catch duplicates/extras after a target).
     pub fn settle(&mut self, quiet: Duration) {
-        let start = Instant::now();
-        while start.elapsed() < quiet {
-            let _ = self.poll(Duration::from_millis(100));
-        }
+        hold_for(Instant::now(), quiet, Duration::ZERO, || {
+            self.poll(Duration::from_millis(100));
+        });
     }
 
     /// Poll once; `true` if a record (new or already seen) came back.
