@@ -1,5 +1,7 @@
 //! Every `PGOUTBOX_*` name in the packaging and the README is the environment twin of a
-//! real flag, so no document tells a user to set a variable the relay never reads.
+//! real flag, so no document tells a user to set a variable the relay never reads —
+//! or one of the few variables of the repository's own scripts (the test broker, the
+//! quickstart's broker), each checked to be read where it is said to be.
 
 use std::collections::BTreeSet;
 
@@ -28,6 +30,22 @@ fn every_pgoutbox_name_is_a_cli_env_twin() {
             "{name} not found in the CLI: {known:?}"
         );
     }
+    // Variables of the repository's own scripts, not of the relay: each must be read
+    // by the file named here (so a renamed one still fails).
+    let scripts = [
+        ("PGOUTBOX_TEST_BROKER", "tests/support/kafka/broker.rs"),
+        ("PGOUTBOX_QUICKSTART_BROKER", "scripts/quickstart.sh"),
+    ];
+    for (name, reader) in scripts {
+        assert!(
+            read(reader).contains(name),
+            "{reader} no longer reads {name}"
+        );
+    }
+    let known: BTreeSet<String> = known
+        .into_iter()
+        .chain(scripts.iter().map(|(n, _)| n.to_string()))
+        .collect();
     let mut unknown = Vec::new();
     for file in [
         "docker-compose.yml",
