@@ -176,6 +176,10 @@ fn not_authorized(cfg: &RunConfig, err: RunError) -> RunError {
         code,
         reason,
         topic.as_deref(),
+        cfg.pipeline
+            .tables
+            .first()
+            .map_or("", |t| t.template.prefix()),
     );
     RunError::NotAuthorized(Box::new(refusal))
 }

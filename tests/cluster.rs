@@ -21,7 +21,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::kafka::{KafkaCluster, Reader};
-use support::verify::{acks_in, audit_acks, verify};
+use support::verify::{acks_in, audit_acks, explain_lost, verify};
 use support::workload::{
     http_get, read_acked, read_all, start_run_audited, topics, Monitor, Writer, WriterConfig,
 };
@@ -156,11 +156,7 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
     }
 
     let (ledger, stats) = writer.finish();
-    assert!(
-        read_all(&mut reader, &ledger, WAIT * 4),
-        "not every event arrived; relay:\n{}",
-        log_tail(&relay)
-    );
+    let complete = read_all(&mut reader, &ledger, WAIT * 4);
     let acks = acks_in(&relay.stderr());
     read_acked(&mut reader, &acks, WAIT);
     reader.settle(Duration::from_secs(2));
@@ -169,6 +165,12 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
     eprintln!(
         "FIGURES three brokers: {verdict:?}; writer {stats:?}; acks audited {}",
         audit.acked
+    );
+    assert!(
+        complete,
+        "not every event arrived: {}\nrelay:\n{}",
+        explain_lost(&ledger, &reader.records, &acks, 10),
+        log_tail(&relay)
     );
     verdict.assert_no_loss();
     audit.assert_clean();

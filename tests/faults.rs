@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use support::kafka::{Broker, Reader};
-use support::verify::{acks_in, audit_acks, verify, Ack, Verdict};
+use support::verify::{acks_in, audit_acks, explain_lost, verify, Ack, Verdict};
 use support::workload::{
     http_get, read_acked, read_all, spawn_run_audited, start_run_audited, topics, Monitor, Writer,
     WriterConfig,
@@ -178,9 +178,11 @@ pub(crate) fn conclude(
     reader.settle(Duration::from_secs(2));
     let verdict = verify(&ledger, &reader.records);
     let audit = audit_acks(&acks, &reader.records);
-    for id in &verdict.lost_sample {
-        let acked: Vec<&Ack> = acks.iter().filter(|a| &a.id == id).collect();
-        eprintln!("{scenario}: lost event {id}: the relay's acks for it: {acked:?}");
+    if verdict.lost > 0 {
+        eprintln!(
+            "{scenario}: {}",
+            explain_lost(&ledger, &reader.records, &acks, 10)
+        );
     }
     monitor.sample();
     recoveries.sort();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::kafka::broker::Kind;
 use support::kafka::{Broker, Reader};
-use support::verify::{acks_in, assert_acked_or_read, audit_acks, verify, Ledger};
+use support::verify::{acks_in, assert_acked_or_read, audit_acks, explain_lost, verify, Ledger};
 use support::workload::{
     current_lsn, http_get, read_acked, slot_lsn, spawn_run, start_run, start_run_audited, topics,
     write_events, Workload,
@@ -21,7 +21,7 @@ use support::{wait_for, PgCluster, Rng, WAIT};
 async fn twenty_thousand_events_arrive_exactly_once_with_contract_fields() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared();
-    let _relay = start_run(&db, &broker.addr(), &[]);
+    let relay = start_run_audited(&db, &broker.addr(), &[]);
     let client = db.client().await;
     let mut rng = Rng::new(20_000);
     let mut ledger = Ledger::default();
@@ -41,8 +41,15 @@ async fn twenty_thousand_events_arrive_exactly_once_with_contract_fields() {
     .await;
 
     let mut reader = Reader::new(&broker.addr(), &topics(&db, &types));
-    reader.read_until("20,000 records", WAIT * 3, |r| r.len() >= 20_000);
+    let complete = reader.try_read_until(WAIT * 3, |r| r.len() >= 20_000);
     reader.settle(Duration::from_secs(2));
+    let acks = acks_in(&relay.stderr());
+    assert!(
+        complete,
+        "{}",
+        explain_lost(&ledger, &reader.records, &acks, 10)
+    );
+    audit_acks(&acks, &reader.records).assert_clean();
     let verdict = verify(&ledger, &reader.records);
     verdict.assert_no_loss();
     assert_eq!(

@@ -60,21 +60,28 @@ pub struct NotAuthorized {
 
 impl NotAuthorized {
     /// A refusal with `code` on `topic` (`None`: a cluster-level refusal, e.g. of
-    /// InitProducerId, which names no topic), for the relay reaching `brokers`.
+    /// InitProducerId, which names no topic: the ACL offered then covers every
+    /// topic starting with `prefix`, the topic template's fixed text), for the
+    /// relay reaching `brokers`.
     pub fn new(
         options: &KafkaOptions,
         brokers: &str,
         code: RDKafkaErrorCode,
         reason: String,
         topic: Option<&str>,
+        prefix: &str,
     ) -> Self {
         let principal = principal(options);
         let bootstrap = brokers.split(',').next().unwrap_or(brokers);
         let (resource, target) = match topic {
             Some(topic) => (format!("topic {topic:?}"), format!("--topic {topic}")),
+            None if !prefix.is_empty() => (
+                "the cluster (the idempotent producer's InitProducerId)".to_owned(),
+                format!("--resource-pattern-type prefixed --topic {prefix}"),
+            ),
             None => (
                 "the cluster (the idempotent producer's InitProducerId)".to_owned(),
-                "--resource-pattern-type prefixed --topic TOPIC_PREFIX".to_owned(),
+                "--topic TOPIC (each topic the relay writes)".to_owned(),
             ),
         };
         let command = format!(
@@ -117,6 +124,7 @@ mod tests {
             RDKafkaErrorCode::TopicAuthorizationFailed,
             "Broker: Topic authorization failed".into(),
             Some("outbox.event.order"),
+            "outbox.event.",
         );
         let text = err.to_string();
         assert!(
@@ -125,6 +133,24 @@ mod tests {
         );
         assert!(
             text.contains("kafka-acls.sh --bootstrap-server k1:9092 --add --allow-principal User:relay --operation Write --operation Describe --topic outbox.event.order"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_refusal_offers_the_acl_for_every_topic_of_the_template() {
+        let err = NotAuthorized::new(
+            &options(&["security.protocol=SASL_SSL,sasl.username=relay"]),
+            "k1:9092",
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            "Failed to acquire idempotence PID".into(),
+            None,
+            "outbox.event.",
+        );
+        let text = err.to_string();
+        assert!(text.contains("access to the cluster"), "{text}");
+        assert!(
+            text.contains("--operation Write --operation Describe --resource-pattern-type prefixed --topic outbox.event."),
             "{text}"
         );
     }

@@ -111,6 +111,12 @@ impl TopicTemplate {
         self.pieces.join(ROUTED_BY_VALUE)
     }
 
+    /// The fixed text before the routing value (the whole topic when the template
+    /// has no placeholder): every topic it renders starts with it.
+    pub fn prefix(&self) -> &str {
+        self.pieces.first().map_or("", String::as_str)
+    }
+
     /// Whether the template uses the routing value at all.
     pub fn uses_value(&self) -> bool {
         self.pieces.len() > 1

@@ -208,6 +208,37 @@ pub fn assert_acked_or_read(ledger: &Ledger, records: &[Consumed], acks: &[Ack])
     broker_lost
 }
 
+/// For each committed event no record was read of (the first `limit`): where the
+/// relay's acks put it, or that no relay got an ack for it. Tells a broker that
+/// acked and does not serve from a relay that never delivered.
+pub fn explain_lost(ledger: &Ledger, records: &[Consumed], acks: &[Ack], limit: usize) -> String {
+    let read: std::collections::HashSet<String> = records.iter().map(Consumed::id).collect();
+    let mut lines = Vec::new();
+    let mut lost = 0;
+    for (id, key) in &ledger.committed {
+        if read.contains(id) {
+            continue;
+        }
+        lost += 1;
+        if lines.len() < limit {
+            let places: Vec<String> = acks
+                .iter()
+                .filter(|a| &a.id == id)
+                .map(|a| format!("{}[{}]@{}", a.topic, a.partition, a.offset))
+                .collect();
+            lines.push(if places.is_empty() {
+                format!("  {id} (key {key}): no relay got an ack for it")
+            } else {
+                format!("  {id} (key {key}): acked at {}", places.join(", "))
+            });
+        }
+    }
+    format!(
+        "{lost} committed events not read back:\n{}",
+        lines.join("\n")
+    )
+}
+
 /// Compare every ack with the records read (all of each partition, from 0).
 pub fn audit_acks(acks: &[Ack], records: &[Consumed]) -> AckAudit {
     let mut read: HashMap<(&str, i32, i64), String> = HashMap::new();
@@ -221,19 +252,19 @@ pub fn audit_acks(acks: &[Ack], records: &[Consumed]) -> AckAudit {
     let mut first_ack: HashMap<(&str, i32, i64), &str> = HashMap::new();
     for ack in acks {
         let at = (ack.topic.as_str(), ack.partition, ack.offset);
+        let mut why = Vec::new();
         if let Some(earlier) = first_ack.insert(at, &ack.id) {
             if earlier != ack.id {
-                audit
-                    .overwritten
-                    .push((ack.clone(), format!("also acked for {earlier}")));
+                why.push(format!("also acked for {earlier}"));
             }
         }
         match read.get(&at) {
             None => audit.missing.push(ack.clone()),
-            Some(id) if *id != ack.id => audit
-                .overwritten
-                .push((ack.clone(), format!("read back as {id}"))),
+            Some(id) if *id != ack.id => why.push(format!("read back as {id}")),
             Some(_) => {}
+        }
+        if !why.is_empty() {
+            audit.overwritten.push((ack.clone(), why.join("; ")));
         }
     }
     audit
