@@ -98,6 +98,11 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 # Tests write little: small segments and no fsync policy beyond the defaults.
 log.segment.bytes=16777216
+# No time-based deletion: a record's timestamp is the row's created_at, and fixtures
+# carry fixed old ones; with the default 7-day retention the broker deletes such a
+# partition at its next retention check (every 5 minutes) — seen as records missing
+# in the middle of a test.
+log.retention.ms=-1
 EOF
   if [[ -n "${KAFKA_PROPERTIES:-}" ]]; then
     printf '%s\n' "$KAFKA_PROPERTIES" >>"$conf.tmp"
