@@ -232,7 +232,9 @@ async fn kill_9_mid_stream_loses_nothing() {
     let ledger = ledger.lock().unwrap().clone();
     let ids: std::collections::HashSet<String> =
         ledger.committed.iter().map(|(id, _)| id.clone()).collect();
-    let complete = reader.try_read_until(WAIT * 2, |r| {
+    // A wait, not the verdict: on a saturated machine the reader may need longer
+    // than this, and reads on below (acked offsets); `lost` decides.
+    reader.try_read_until(WAIT * 2, |r| {
         let got: std::collections::HashSet<String> = r.iter().map(|c| c.id()).collect();
         ids.iter().all(|id| got.contains(id))
     });
@@ -267,11 +269,9 @@ async fn kill_9_mid_stream_loses_nothing() {
     }
     audit.assert_clean();
 
-    assert!(
-        complete,
-        "not every event arrived: {verdict:?}\nrelay:\n{}",
-        relay2.stderr()
-    );
+    if verdict.lost > 0 {
+        eprintln!("{}", explain_lost(&ledger, &reader.records, &acks, 10));
+    }
     verdict.assert_no_loss();
     assert!(
         verdict.duplicated_total <= 50_000,
