@@ -47,8 +47,13 @@ fn run_args(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Vec<
     support::workload::run_args(db, broker, &with_state)
 }
 
+/// Every relay of these tests logs its acks ([`support::verify::ACK_LOG`]): a lost
+/// event is then told apart — acked by the broker, or never delivered.
 pub(crate) fn spawn(db: &TestDb<'_>, broker: &str, state: &Path, extra: &[&str]) -> Pgoutbox {
-    Pgoutbox::spawn(&run_args(db, broker, state, extra))
+    Pgoutbox::spawn_with_env(
+        &run_args(db, broker, state, extra),
+        &[support::verify::ACK_LOG],
+    )
 }
 
 /// Start `run` and wait until it streams (failing with its stderr if it exits).
@@ -653,6 +658,7 @@ async fn kill_9_never_leaves_the_slot_ahead_of_the_state_file() {
     };
     let mut rng = Rng::new(7);
     let mut max_gap = 0u64;
+    let mut acks = Vec::new();
     for cycle in 0..CYCLES {
         let mut relay = start(&db, &broker, &state, &[]);
         if cycle == 0 {
@@ -664,6 +670,7 @@ async fn kill_9_never_leaves_the_slot_ahead_of_the_state_file() {
         relay.signal("KILL");
         relay.wait_exit(WAIT);
         let stderr = relay.stderr();
+        acks.extend(support::verify::acks_in(&stderr));
         assert!(!stderr.contains("ahead of"), "false alarm:\n{stderr}");
         // The server may hold the dead relay's walsender for a moment; once it is
         // gone the slot is final.
@@ -695,14 +702,18 @@ async fn kill_9_never_leaves_the_slot_ahead_of_the_state_file() {
         ledger.committed.iter().all(|(id, _)| got.contains(id))
     });
     let verdict = verify(&ledger, &reader.records);
+    acks.extend(support::verify::acks_in(&relay.stderr()));
     assert!(
         complete,
-        "not every event arrived: {verdict:?}\nrelay:\n{}",
-        relay.stderr()
+        "not every event arrived: {verdict:?}\n{}",
+        support::verify::explain_lost(&ledger, &reader.records, &acks, 10)
     );
+    let audit = support::verify::audit_acks(&acks, &reader.records);
     eprintln!(
-        "{CYCLES} kill -9 cycles: {verdict:?}; largest state-file lead over the slot {max_gap} bytes"
+        "{CYCLES} kill -9 cycles: {verdict:?}; largest state-file lead over the slot {max_gap} bytes; acks audited {}",
+        audit.acked
     );
+    audit.assert_clean();
     verdict.assert_no_loss();
     stop(relay);
 }
