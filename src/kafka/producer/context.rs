@@ -25,7 +25,6 @@ use crate::outbox::event::EVENT_TYPE_HEADER;
 use crate::outbox::record::{id_text_of, size_of};
 
 use super::outcome::{delivery_error, header_value};
-use super::topics::Topics;
 use super::Delivery;
 
 pub(super) struct Context {
@@ -213,8 +212,6 @@ pub(super) struct Polled {
     pub(super) wakeup: QueueWakeup,
     /// Shared with the producer's [`Context`].
     pub(super) unreported: Arc<AtomicUsize>,
-    /// Declared before `producer`: its handles are released before the producer.
-    pub(super) topics: Topics,
     pub(super) producer: BaseProducer<Context>,
     /// Held while serving the main queue: one poller at a time, so reports reach
     /// the channel in the order librdkafka queued them.

@@ -51,14 +51,11 @@
 //!   ([`is_permanent`], [`is_too_large`]);
 //! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
 //!   and the one-poller-at-a-time serving of the main queue;
-//! - `rounds`: which records wait for the round in flight, and for how long;
-//! - `topics`: records handed over by topic handle, not by name (librdkafka scans
-//!   every topic it knows for a name).
+//! - `rounds`: which records wait for the round in flight, and for how long.
 
 mod context;
 mod outcome;
 mod rounds;
-mod topics;
 
 pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
 pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
@@ -173,7 +170,6 @@ impl KafkaSink {
         let polled = Polled {
             wakeup: QueueWakeup::new(producer.client()),
             unreported,
-            topics: Default::default(),
             producer,
             serving: Mutex::new(()),
         };
@@ -272,12 +268,9 @@ impl KafkaSink {
         // Counted before librdkafka has it: its report may be served (by the
         // prober, on another thread) before `send` returns.
         self.polled.unreported.fetch_add(1, Ordering::Relaxed);
-        self.polled
-            .topics
-            .send(&self.polled.producer, base)
-            .inspect_err(|_| {
-                self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
-            })
+        self.polled.producer.send(base).inspect_err(|_| {
+            self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
+        })
     }
 
     /// The refusal of `record` by librdkafka, before it was taken.
