@@ -415,7 +415,14 @@ class Bench:
         if self.broker == "kafka":
             if self.o.kafka_fresh or not (self.broker_pid and alive(self.broker_pid)):
                 self.start_kafka()
-            return
+        else:
+            self.start_tansu()
+        # The topics the one-topic measurements route to (aggregate_type 'bench'), created
+        # and led before anything is timed: Apache Kafka's auto-creation (and its leader
+        # election) would otherwise land inside a drain.
+        self.create_topics([f"{self.topics_prefix}.bench", f"{self.topics_prefix}.poll.bench"])
+
+    def start_tansu(self):
         self.stop_broker()
         port = free_port()
         self.tansu = self.spawn([os.path.join(ROOT, "scripts/start-tansu.sh"), str(port),
