@@ -2,9 +2,12 @@
 """pgoutbox benchmark orchestrator; run it through bench/run.sh (which builds first).
 
 Owns every figure of issue 6 and the baselines they are compared with, measured in one
-invocation on a private PostgreSQL (scripts/dev-postgres.sh) and a local tansu broker
+invocation on a private PostgreSQL (scripts/dev-postgres.sh) and, per --broker (default
+both, tansu first: every mode runs once per broker), a local tansu broker
 (scripts/start-tansu.sh, restarted before every Kafka-side measurement so each starts
-from the same empty in-memory state):
+from the same empty in-memory state) or a local Apache Kafka KRaft node
+(scripts/start-kafka.sh, a new node in a new data directory before every Kafka-side
+measurement, for the same reason; ~10 s of JVM start each, outside every timing):
 
   backlog   per transaction size K: ROWS rows loaded with 2×REPS pgoutput slots
             created at the same LSN before the load; each rep runs, in rotating order,
@@ -26,6 +29,14 @@ from the same empty in-memory state):
             idle relay (fresh slot, no inserts) for IDLE seconds, CPU per second of it
             and of its walsender. Backlog drains also give the walsender's busy share
             (CPU seconds / wall seconds): near 1.0, PostgreSQL is the limit.
+  topics    per topic count N (default 1, 100, 1,000): one ROWS-row transaction whose
+            aggregate_type takes N values, so the relay routes it over N topics
+            (bench.t0 …, 3 partitions each, created by CreateTopics before the relay
+            starts: creation is never timed); pgoutbox's drain time and CPU µs/event,
+            its CPU by thread over the drain (/proc/PID/task/*/schedstat by thread name:
+            the runtime's threads, librdkafka's rdk:main and rdk:broker*) and the
+            broker's CPU per event; pg_recvlogical over the same WAL and the
+            producer-only example over the same N topics as baselines.
   memory    pgoutbox peak RSS (VmHWM) draining MEM_ROWS rows as a backlog and as one
             transaction.
   poll      `pgoutbox run --source poll` (issue 15) on its own table (pollrun.outbox,
@@ -55,6 +66,7 @@ import re
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -64,11 +76,14 @@ import time
 import wakeups  # bench/wakeups.py: per-thread counters from /proc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOPIC_TEMPLATE = "bench.${routedByValue}"
+ROUTED = "${routedByValue}"
 KEYS, PAD = 1000, 100
 ROW_SQL = ("'bench', {key}, 'Happened', "
            "jsonb_build_object('i', {i}, 'g', {g}, 'pad', repeat('x', %d))" % PAD)
 LOAD_FAIL = "load"
+# JVM heap of an Apache Kafka node (--broker kafka); KAFKA_HEAP in the environment wins.
+KAFKA_HEAP = "-Xms256m -Xmx1g"
+BROKERS = ("tansu", "kafka")
 # Poll-mode latency runs: (name, NOTIFY trigger installed, --poll-interval).
 POLL_VARIANTS = (("notify", True, "1s"), ("interval_only", False, "1s"),
                  ("interval_only_100ms", False, "100ms"))
@@ -120,6 +135,25 @@ def thread_cpu(pid):
     except (OSError, IndexError, ValueError):
         pass
     return out
+
+
+def alive(pid):
+    """Whether `pid` runs (a zombie awaiting its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def recv_exact(conn, n):
+    buf = b""
+    while len(buf) < n:
+        part = conn.recv(n - len(buf))
+        if not part:
+            raise RuntimeError("broker closed the connection")
+        buf += part
+    return buf
 
 
 def proc_hwm_mb(pid):
@@ -237,6 +271,7 @@ class Pressure:
 
     def __init__(self):
         self.samples, self.phase, self.stop = [], "setup", threading.Event()
+        self.prefix = ""  # the broker measured (--broker both runs every phase twice)
         threading.Thread(target=self._run, daemon=True).start()
 
     @staticmethod
@@ -256,7 +291,7 @@ class Pressure:
     def _run(self):
         while not self.stop.wait(1.0):
             some, load = self.read()
-            self.samples.append({"t": time.time(), "phase": self.phase, "some_avg10": some,
+            self.samples.append({"t": time.time(), "phase": self.prefix + self.phase, "some_avg10": some,
                                  "load1": load})
 
     def summary(self):
@@ -276,12 +311,14 @@ class Bench:
         self.o = opts
         self.children = []
         target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/pgoutbox/target"))
-        self.relay_bin = os.path.join(target, "release", "pgoutbox")
+        # BENCH_RELAY: another pgoutbox build measured instead (a before/after of one mode)
+        self.relay_bin = os.environ.get("BENCH_RELAY") or os.path.join(target, "release", "pgoutbox")
         self.examples = os.path.join(target, "release", "examples")
         self.bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
                                      check=True).stdout.strip()
         self.dir = opts.dir
         self.tansu = None
+        self.broker, self.broker_pid, self.broker_starts = "tansu", None, []
         self.results = {"backlog": {}, "live": {}, "memory": {}, "poll": {}}
         self.pressure = Pressure()
 
@@ -319,6 +356,7 @@ class Bench:
         return p.cpu
 
     def cleanup(self):
+        self.stop_broker()
         for p in list(self.children):
             if self.poll(p) is None:
                 os.kill(p.pid, signal.SIGKILL)
@@ -363,14 +401,35 @@ class Bench:
                        check=True, stdout=subprocess.DEVNULL)
 
     def restart_broker(self):
-        """A fresh, empty tansu on a new port (memory-only: a restart wipes it)."""
-        if self.tansu:
-            self.reap(self.tansu, signal.SIGKILL)
+        """A fresh broker for the next measurement, and a topic prefix of its own
+        (`topics_prefix`, r1, r2 …: every relay, example and fan-out topic of the
+        measurement is named under it). tansu: a new one on a new port (memory-only: a
+        restart wipes it). Apache Kafka: one KRaft node per --broker pass
+        (scripts/start-kafka.sh, heap KAFKA_HEAP), which the prefix gives fresh, empty
+        topics for every measurement — a JVM took 10 s to 2 min to start here, beside the
+        other jobs of this machine, too long to repeat a dozen times — or, with
+        --kafka-fresh, a new node in a new data directory every time (the old one killed
+        and its directory removed: no topic, record or producer state carries over)."""
+        self.topics_seq = getattr(self, "topics_seq", 0) + 1
+        self.topics_prefix = f"r{self.topics_seq}"
+        if self.broker == "kafka":
+            if self.o.kafka_fresh or not (self.broker_pid and alive(self.broker_pid)):
+                self.start_kafka()
+        else:
+            self.start_tansu()
+        # The topics the one-topic measurements route to (aggregate_type 'bench'), created
+        # and led before anything is timed: Apache Kafka's auto-creation (and its leader
+        # election) would otherwise land inside a drain.
+        self.create_topics([f"{self.topics_prefix}.bench", f"{self.topics_prefix}.poll.bench"])
+
+    def start_tansu(self):
+        self.stop_broker()
         port = free_port()
         self.tansu = self.spawn([os.path.join(ROOT, "scripts/start-tansu.sh"), str(port),
                                  os.path.join(self.dir, "tansu")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=dict(os.environ, TANSU_BIN=self.tansu_bin))
+        self.broker_pid = self.tansu.pid
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -380,6 +439,115 @@ class Bench:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"tansu did not listen on 127.0.0.1:{port} within 30 s")
+
+    def start_kafka(self):
+        self.stop_broker()
+        self.kafka_n = getattr(self, "kafka_n", 0) + 1
+        self.kafka_data = os.path.join(self.dir, f"kafka-{self.kafka_n}")
+        t0 = time.time()
+        out = subprocess.run([os.path.join(ROOT, "scripts/start-kafka.sh"), "start", self.kafka_data],
+                             capture_output=True, text=True,
+                             env=dict(os.environ, KAFKA_HEAP=os.environ.get("KAFKA_HEAP", KAFKA_HEAP)))
+        if out.returncode != 0:
+            raise RuntimeError(f"start-kafka.sh failed ({out.returncode}): {out.stderr.strip()}")
+        self.brokers = out.stdout.strip().splitlines()[-1]
+        with open(os.path.join(self.kafka_data, "kafka.pid")) as f:
+            self.broker_pid = int(f.read().strip())
+        self.broker_starts.append(time.time() - t0)
+        log(f"  Apache Kafka node at {self.brokers} started in {time.time() - t0:.1f} s")
+
+    def stop_broker(self):
+        """Kill the running broker, if any (SIGKILL: its state is thrown away anyway)."""
+        if self.tansu:
+            self.reap(self.tansu, signal.SIGKILL)
+            self.tansu = None
+        if getattr(self, "kafka_data", None):
+            try:
+                os.kill(self.broker_pid, signal.SIGKILL)
+                deadline = time.time() + 10
+                while alive(self.broker_pid) and time.time() < deadline:
+                    time.sleep(0.05)
+            except ProcessLookupError:
+                pass
+            subprocess.run(["rm", "-rf", self.kafka_data])
+            self.kafka_data = None
+        self.broker_pid = None
+
+    def create_topics(self, names, partitions=3, timeout=120):
+        """Create `names` (`partitions` each, replication factor 1) with CreateTopics v2
+        requests sent from here (500 topics a request), so a measurement never times
+        topic creation. A raw request rather than Kafka's TopicCommand (one JVM per
+        topic: minutes for 1,000) or an AdminClient example (another binary to build);
+        the same request on both brokers. TOPIC_ALREADY_EXISTS (36) counts as created."""
+        host, port = self.brokers.rsplit(":", 1)
+        client = b"pgoutbox-bench"
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            for start in range(0, len(names), 500):
+                chunk = names[start:start + 500]
+                body = struct.pack(">hhih", 19, 2, start + 1, len(client)) + client + struct.pack(">i", len(chunk))
+                for name in chunk:
+                    raw = name.encode()
+                    body += struct.pack(">h", len(raw)) + raw + struct.pack(">ihii", partitions, 1, 0, 0)
+                body += struct.pack(">i?", timeout * 1000, False)
+                conn.sendall(struct.pack(">i", len(body)) + body)
+                resp = recv_exact(conn, struct.unpack(">i", recv_exact(conn, 4))[0])
+                pos = 8  # correlation id, throttle_time_ms
+                (count,) = struct.unpack_from(">i", resp, pos)
+                pos += 4
+                for _ in range(count):
+                    (n,) = struct.unpack_from(">h", resp, pos)
+                    name = resp[pos + 2:pos + 2 + n].decode()
+                    pos += 2 + n
+                    (code, mlen) = struct.unpack_from(">hh", resp, pos)
+                    pos += 4 + max(mlen, 0)
+                    if code not in (0, 36):
+                        raise RuntimeError(f"CreateTopics {name}: error code {code}")
+            # Kafka creates the partitions' logs after CreateTopics answered: until a
+            # partition has a leader, a record for it waits for librdkafka's
+            # metadata retries (measured: a 1,000-topic drain took 238 s instead of
+            # tens). Wait until every partition has one, so none of that is timed.
+            deadline = time.time() + timeout
+            while not self.topics_led(conn, client, names, partitions):
+                if time.time() > deadline:
+                    raise RuntimeError(f"{len(names)} topics: not every partition has a leader after {timeout} s")
+                time.sleep(0.2)
+
+    @staticmethod
+    def topics_led(conn, client, names, partitions):
+        """Whether every partition of `names` has a leader (Metadata v1)."""
+        body = struct.pack(">hhih", 3, 1, 99, len(client)) + client + struct.pack(">i", len(names))
+        for name in names:
+            body += struct.pack(">h", len(name.encode())) + name.encode()
+        conn.sendall(struct.pack(">i", len(body)) + body)
+        resp = recv_exact(conn, struct.unpack(">i", recv_exact(conn, 4))[0])
+        pos = 4
+        string = lambda p: (resp[p + 2:p + 2 + struct.unpack_from(">h", resp, p)[0]],
+                            p + 2 + max(struct.unpack_from(">h", resp, p)[0], 0))
+        (count,) = struct.unpack_from(">i", resp, pos)
+        pos += 4
+        for _ in range(count):  # brokers: node_id, host, port, rack
+            _, pos = string(pos + 4)
+            _, pos = string(pos + 4)
+        pos += 4  # controller_id
+        (count,) = struct.unpack_from(">i", resp, pos)
+        pos += 4
+        led = 0
+        for _ in range(count):
+            (code,) = struct.unpack_from(">h", resp, pos)
+            _, pos = string(pos + 2)
+            pos += 1  # is_internal
+            (parts,) = struct.unpack_from(">i", resp, pos)
+            pos += 4
+            ok = code == 0 and parts == partitions
+            for _ in range(parts):
+                pcode, _, leader = struct.unpack_from(">hii", resp, pos)
+                pos += 10
+                for _ in range(2):  # replicas, isr
+                    (n,) = struct.unpack_from(">i", resp, pos)
+                    pos += 4 + 4 * max(n, 0)
+                ok = ok and pcode == 0 and leader >= 0
+            led += ok
+        return led == len(names)
 
     # ---- slots and data --------------------------------------------------------
     def create_slots(self, names, plugin="pgoutput"):
@@ -428,11 +596,12 @@ class Bench:
     def start_relay(self, slot, binary=None, extra=()):
         t_spawn = time.time()
         p = self.spawn([binary or self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
-                        "--slot", slot, "--topic-template", TOPIC_TEMPLATE, "--http-addr", "off",
+                        "--slot", slot, "--topic-template", f"{self.topics_prefix}.{ROUTED}", "--http-addr", "off",
                         # every drain starts on a freshly created slot (same name across
                         # repetitions): slot safety would rightly call that a re-created
                         # slot, so each relay run gets a state dir of its own
-                        "--state-dir", tempfile.mkdtemp(prefix="relay-state-", dir=self.dir), *extra],
+                        "--state-dir", tempfile.mkdtemp(prefix="relay-state-", dir=self.dir), *extra,
+                        *self.o.relay_arg],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
         lines = Lines(p.stderr)
@@ -464,16 +633,35 @@ class Bench:
             time.sleep(0.01)
         raise RuntimeError(f"slot {slot} did not reach {lsn} within {timeout} s:\n{lines.tail()}")
 
-    def drain_relay(self, slot, end, rows, extra=()):
+    def drain_relay(self, slot, end, rows, extra=(), topics=None):
+        """One relay drain on a fresh broker (`topics`: that many fan-out topics, created
+        there first, untimed).
+        Besides rates and CPU per event, where the CPU went during the drain: per relay
+        thread name (its runtime, librdkafka's rdk:main and rdk:broker* threads) and the
+        broker process's own CPU per event."""
         self.restart_broker()
+        if topics:
+            t0 = time.time()
+            self.create_topics(fanout_topics(self.topics_prefix, topics))
+            log(f"  created {topics} topics in {time.time() - t0:.1f} s (CreateTopics, untimed)")
         p, lines, t_spawn, t_ready = self.start_relay(slot, extra=extra)
+        threads0, broker0 = thread_cpu(p.pid), proc_cpu(self.broker_pid)
         t_done, ws = self.wait_confirmed(p, lines, slot, end, max(300, rows / 500))
         cpu, hwm, ws_cpu = proc_cpu(p.pid), proc_hwm_mb(p.pid), ws.cpu()
+        threads1, broker1 = thread_cpu(p.pid), proc_cpu(self.broker_pid)
         stats = self.stop_relay(p, lines)
-        r = {"events_per_second": rows / (t_done - t_ready),
+        drain = t_done - t_ready
+        threads = {n: (c - threads0.get(n, 0)) * 1e6 / rows for n, c in threads1.items()}
+        r = {"broker": self.broker, "events_per_second": rows / drain,
              "end_to_end_events_per_second": rows / (t_done - t_spawn),
-             "startup_seconds": t_ready - t_spawn, "drain_seconds": t_done - t_ready,
+             "startup_seconds": t_ready - t_spawn, "drain_seconds": drain,
              "cpu_us_per_event": cpu * 1e6 / rows, "peak_rss_mb": hwm,
+             # the drain only (from the "relaying" line to the confirmation), by thread
+             "drain_thread_cpu_us_per_event": {n: round(v, 3) for n, v in
+                                               sorted(threads.items(), key=lambda kv: -kv[1]) if v >= 0.005},
+             "drain_relay_busy_share": (sum(threads1.values()) - sum(threads0.values())) / drain,
+             "broker_cpu_us_per_event": (broker1 - broker0) * 1e6 / rows
+             if broker0 is not None and broker1 is not None else None,
              "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
              "walsender_busy_share": ws.share(),
              "acked": stats.get("acked"), "valid": stats.get("acked") == rows}
@@ -505,11 +693,17 @@ class Bench:
                 "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
                 "walsender_busy_share": ws.share(), "valid": reached}
 
-    def produce_only(self, rows):
+    def produce_only(self, rows, topics=None):
+        """The producer-only example on a fresh broker; `topics`: spread over that many
+        topics (bench.t0 …, created first, untimed) as the fan-out backlog routes."""
         self.restart_broker()
-        out = subprocess.run([os.path.join(self.examples, "produce_only"), self.brokers, "bench.bench",
-                              str(rows), str(KEYS), str(PAD)], capture_output=True, text=True,
-                             timeout=max(300, rows / 500))
+        argv = [os.path.join(self.examples, "produce_only"), self.brokers, f"{self.topics_prefix}.bench", str(rows), str(KEYS),
+                str(PAD)]
+        if topics:
+            self.create_topics(fanout_topics(self.topics_prefix, topics))
+            argv[2] = self.topics_prefix
+            argv.append(str(topics))
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=max(300, rows / 500))
         if out.returncode != 0:
             raise RuntimeError(f"produce_only failed ({out.returncode}): {out.stderr.strip()}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -542,6 +736,52 @@ class Bench:
                        f"startup {x['startup_seconds']:.2f} s" if what == "pgoutbox" else ""))
         self.drop_slots("b\\_%")
         self.results["backlog"][str(k)] = {"rows": rows, "txn_size": k, "end_lsn": end, "runs": runs}
+
+    def load_fanout(self, rows, n):
+        """One transaction of ROWS outbox rows whose aggregate_type takes N values (t0 …
+        t{N-1}, row g → t{g % N}): the relay routes them to N topics (bench.t0 …). Keys
+        (aggregate_id) run through 1,000 values per topic ((g / N) % 1000), so every
+        topic's rows spread over its partitions whatever N is."""
+        t0 = time.time()
+        self.psql("SET synchronous_commit = off",
+                  "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT "
+                  f"'t' || (g % {n}), ((g / {n}) % 1000)::text, 'Happened', "
+                  f"jsonb_build_object('i', g, 'g', g % 100, 'pad', repeat('x', {PAD})) "
+                  f"FROM generate_series(0, {rows - 1}) g")
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        log(f"loaded one {rows}-row transaction over {n} aggregate types in {time.time() - t0:.1f} s, end LSN {end}")
+        return end
+
+    def topics(self, counts, rows, reps):
+        """The topic fan-out backlog: per topic count N, one ROWS-row transaction routed
+        over N topics (created, 3 partitions each, before the relay starts: creation is
+        not timed), drained by pgoutbox (drain time, relay CPU µs/event, CPU by thread,
+        broker CPU), by pg_recvlogical (the same WAL: PostgreSQL's share) and the
+        producer-only example over the same N topics (the Kafka-side limit)."""
+        out = self.results.setdefault("topics", {})
+        for n in counts:
+            self.pressure.phase = f"topics={n}"
+            log(f"topics: one {rows}-row transaction over {n} topics on {self.broker}, {reps} rep(s)")
+            self.sql.rows("TRUNCATE outbox")
+            self.drop_slots("t\\_%")
+            self.create_slots([f"t_{what}_{r}" for r in range(reps) for what in ("relay", "recv")])
+            end = self.load_fanout(rows, n)
+            runs = {"pgoutbox": [], "pg_recvlogical": [], "producer_only": []}
+            for r in range(reps):
+                x = self.drain_relay(f"t_relay_{r}", end, rows, topics=n)
+                log(f"  rep {r} pgoutbox        {x['drain_seconds']:.2f} s, {x['cpu_us_per_event']:.2f} µs/ev, "
+                    f"relay busy {x['drain_relay_busy_share']:.2f} cores, broker {fmt(x['broker_cpu_us_per_event'], '.1f')} "
+                    "µs/ev; threads µs/ev: " + ", ".join(f"{t} {v:.2f}" for t, v in
+                                                        list(x["drain_thread_cpu_us_per_event"].items())[:5]))
+                runs["pgoutbox"].append(dict(x, rep=r))
+                x = self.drain_recvlogical(f"t_recv_{r}", end, rows)
+                log(f"  rep {r} pg_recvlogical  {x['drain_seconds']:.2f} s")
+                runs["pg_recvlogical"].append(dict(x, rep=r))
+                x = self.produce_only(rows, topics=n)
+                log(f"  rep {r} producer_only   {x['seconds']:.2f} s, {x['cpu_us_per_event']:.2f} µs/ev")
+                runs["producer_only"].append(dict(x, rep=r))
+            self.drop_slots("t\\_%")
+            out[str(n)] = {"rows": rows, "topics": n, "end_lsn": end, "runs": runs}
 
     def pgbench(self, table, rate, secs):
         script = os.path.join(self.dir, f"insert-{table.replace('.', '_')}.sql")
@@ -616,7 +856,7 @@ class Bench:
     def live_polling(self, rate, secs):
         self.sql.rows("TRUNCATE poll.outbox")
         self.restart_broker()
-        p = self.spawn([os.path.join(self.examples, "polling_relay"), self.url, self.brokers, "poll."],
+        p = self.spawn([os.path.join(self.examples, "polling_relay"), self.url, self.brokers, f"{self.topics_prefix}.poll."],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = Lines(p.stdout), Lines(p.stderr)
         first = out.wait_for(r"backend_pid", 60)
@@ -710,7 +950,7 @@ class Bench:
         t_spawn = time.time()
         p = self.spawn([self.relay_bin, "run", "--source", "poll", "--database-url", self.url,
                         "--brokers", self.brokers, "--table", "pollrun.outbox", "--topic-template",
-                        TOPIC_TEMPLATE, "--http-addr", "off", "--state-dir", "off", *extra],
+                        f"{self.topics_prefix}.{ROUTED}", "--http-addr", "off", "--state-dir", "off", *extra],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        env=dict(os.environ, NO_COLOR="1", RUST_LOG="info"))
         lines = Lines(p.stderr)
@@ -896,6 +1136,11 @@ def messages_table(res):
                      fmt(a, ",.2f" if "cpu" in q else ",.0f"), fmt(b, ",.2f" if "cpu" in q else ",.0f"),
                      ratio(a, b), "info", "" if valid else "invalid run"))
     return rows
+
+
+def fanout_topics(prefix, n):
+    """The topics the fan-out backlog of N routes to: PREFIX.t0 … PREFIX.t{N-1}."""
+    return [f"{prefix}.t{i}" for i in range(n)]
 
 
 def pgbench_clients(rate):
@@ -1090,12 +1335,43 @@ def build_table(res, before=None):
                      "", "", f"startup {fmt(median([x['startup_seconds'] for x in runs['pgoutbox']]), '.2f')} s "
                      "(excluded from the rate)", ""))
     rows += live_rows(res, before, verdict)
+    rows += topics_rows(res, verdict)
     rows += poll_rows(res.get("poll") or {})
     for name, x in res["memory"].items():
         rows.append((f"memory: relay peak RSS MB, {x['rows']:,} rows as "
                      + ("one transaction" if name == "single_txn" else f"a backlog (txn {x['txn_size']})"),
                      fmt(x["peak_rss_mb"], ".1f"), "", f"{fmt(x['events_per_second'])} ev/s", "≤ 50 MB",
                      verdict(x["peak_rss_mb"] <= 50, x["valid"])))
+    return rows
+
+
+def topics_rows(res, verdict):
+    """The fan-out table: per topic count, drain time and relay CPU per event against
+    one topic (goal: ≤ 2× on Apache Kafka), where the relay's CPU went by thread, the
+    broker's CPU, and the baselines (pg_recvlogical's drain, producer-only's CPU)."""
+    topics, rows = res.get("topics") or {}, []
+    first = topics.get("1")
+    base = med(first["runs"]["pgoutbox"], lambda x: x["cpu_us_per_event"]) if first else None
+    for n, t in topics.items():
+        runs = t["runs"]
+        valid = all(x["valid"] for v in runs.values() for x in v)
+        cpu = med(runs["pgoutbox"], lambda x: x["cpu_us_per_event"])
+        pcpu = med(runs["producer_only"], lambda x: x["cpu_us_per_event"])
+        ratio = cpu / base if cpu and base else None
+        label = f"topics={n} ({t['rows']:,} rows, one txn)"
+        rows.append((f"{label}: drain s pgoutbox; baseline pg_recvlogical; producer-only",
+                     fmt(med(runs["pgoutbox"], lambda x: x["drain_seconds"]), ".2f"),
+                     f"{fmt(med(runs['pg_recvlogical'], lambda x: x['drain_seconds']), '.2f')}; "
+                     f"{fmt(med(runs['producer_only'], lambda x: x['seconds']), '.2f')}",
+                     "", "info", "" if valid else "(invalid run)"))
+        rows.append((f"{label}: relay CPU µs/event vs topics=1; producer-only µs/event",
+                     fmt(cpu, ".2f"), f"{fmt(base, '.2f')}; {fmt(pcpu, '.2f')}", fmt(ratio, ".2f") + "×",
+                     "≤ 2× topics=1", verdict(ratio <= 2 if ratio else None, valid)))
+        x = runs["pgoutbox"][0] if runs["pgoutbox"] else {}
+        rows.append((f"{label}: relay CPU µs/event by thread (rep 0); relay busy cores; broker CPU µs/event",
+                     ", ".join(f"{k} {v:.2f}" for k, v in list(x.get("drain_thread_cpu_us_per_event", {}).items())[:4]),
+                     "", f"{fmt(x.get('drain_relay_busy_share'), '.2f')} cores",
+                     f"broker {fmt(x.get('broker_cpu_us_per_event'), '.1f')} µs/ev", "info"))
     return rows
 
 
@@ -1138,14 +1414,45 @@ def print_table(rows, pressure, header):
               f"{fmt(s['some_avg10_max'], '.1f')}; load median {s['load1_median']:.2f} max {s['load1_max']:.2f}")
 
 
+def run_modes(b, o, rates):
+    """Every phase of mode `o.mode`, on the broker kind `b.broker`."""
+    if o.mode in ("all", "backlog"):
+        for k in [int(x) for x in o.txn_sizes.split()]:
+            b.backlog(k, o.rows, o.reps)
+    if o.mode == "live" or (o.mode == "all" and "1" not in b.results["backlog"]):
+        b.backlog(1, o.rows, o.reps)  # the one-row backlog figure the live rates are compared with
+    if o.mode in ("all", "live"):
+        b.live_idle(o.idle_seconds)
+        b.live(rates, o.live_seconds, o.reps)
+    if o.mode in ("all", "topics"):
+        b.topics([int(x) for x in o.topic_counts.replace(",", " ").split()], o.rows, o.reps)
+    if o.mode == "all":
+        b.memory(o.mem_rows, o.mem_txn)
+    if o.mode == "poll":
+        b.poll_mode(o.rate, o.live_seconds, o.rows, o.reps)
+    if o.mode == "messages":
+        b.messages(o.rows, int(o.txn_sizes.split()[0]), o.reps)
+
+
 def main():
     quick = os.environ.get("BENCH_QUICK") == "1"
     env = lambda name, default: type(default)(os.environ.get(name, default))
     ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
-    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages"])
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages", "topics"])
     ap.add_argument("args", nargs="*",
                     help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]; "
-                         "messages: [ROWS] [TXN_SIZE]")
+                         "messages: [ROWS] [TXN_SIZE]; topics: [ROWS] [TOPIC_COUNTS]")
+    ap.add_argument("--broker", choices=["tansu", "kafka", "both"], default=os.environ.get("BENCH_BROKER", "both"),
+                    help="the broker(s) measured: each mode runs once per broker, on a fresh broker per "
+                         "Kafka-side measurement (default both: tansu, then Apache Kafka)")
+    ap.add_argument("--relay-arg", action="append", default=[],
+                    help="an argument added to every `pgoutbox run` of logical mode (repeat it), e.g. "
+                         "--relay-arg=--kafka-option=linger.ms=5: a setting's before/after without a rebuild")
+    ap.add_argument("--kafka-fresh", action="store_true",
+                    help="a new Apache Kafka node before every Kafka-side measurement (default: one node "
+                         "per pass, fresh topics per measurement)")
+    ap.add_argument("--topic-counts", default=env("BENCH_TOPIC_COUNTS", "1 100 1000"),
+                    help="topics the fan-out backlog (mode topics, and all) routes over (default 1 100 1000)")
     ap.add_argument("--json", help="write the results here (default bench/results/<utc>.json)")
     ap.add_argument("--rates", default=env("BENCH_RATES", "1000 5000 10000"),
                     help="live insert rates, one-row transactions/s, space- or comma-separated "
@@ -1170,6 +1477,9 @@ def main():
     if o.mode == "backlog":
         o.rows = int(o.args[0]) if o.args else o.rows
         o.txn_sizes = o.args[1] if len(o.args) > 1 else o.txn_sizes
+    if o.mode == "topics":
+        o.rows = int(o.args[0]) if o.args else o.rows
+        o.topic_counts = o.args[1] if len(o.args) > 1 else o.topic_counts
     if o.mode == "poll":
         o.rate = int(o.args[0]) if o.args else (o.rate or 1000)
     if o.mode == "messages":
@@ -1189,7 +1499,11 @@ def main():
     before = None
     if o.before:
         with open(o.before) as f:
-            before = json.load(f)["results"]
+            before = json.load(f)
+        # results per broker since --broker; a file from before holds tansu's alone
+        before = before["results"] if "brokers" in before else {"tansu": before["results"]}
+    brokers = BROKERS if o.broker == "both" else (o.broker,)
+    per_broker = {}
     started = datetime.datetime.now(datetime.timezone.utc)
     b = Bench(o)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1204,31 +1518,31 @@ def main():
                   + (f", live {o.live_seconds} s per run at {', '.join(f'{r:,}' for r in rates)}/s, idle "
                      f"{o.idle_seconds} s" if o.mode in ("all", "live") else "")
                   + (f", memory rows {o.mem_rows} (backlog txn {o.mem_txn})" if o.mode == "all" else "")
+                  + f", broker {' + '.join(brokers)}"
+                  + (f", relay args {' '.join(o.relay_arg)}" if o.relay_arg else "")
+                  + (f", relay {os.environ['BENCH_RELAY']}" if os.environ.get("BENCH_RELAY") else "")
+                  + (f", topics {o.rows} rows over {o.topic_counts}" if o.mode in ("all", "topics") else "")
                   + (f", relay B {o.relay_b}" if o.relay_b and o.mode in ("all", "live") else "")
                   + (f", messages vs rows: {o.rows} events, txn {o.txn_sizes}" if o.mode == "messages" else "")
                   + (" (BENCH_QUICK)" if quick else ""))
         log(header)
-        if o.mode in ("all", "backlog"):
-            for k in [int(x) for x in o.txn_sizes.split()]:
-                b.backlog(k, o.rows, o.reps)
-        if o.mode == "live" or (o.mode == "all" and "1" not in b.results["backlog"]):
-            b.backlog(1, o.rows, o.reps)  # the one-row backlog figure the live rates are compared with
-        if o.mode in ("all", "live"):
-            b.live_idle(o.idle_seconds)
-            b.live(rates, o.live_seconds, o.reps)
-        if o.mode == "all":
-            b.memory(o.mem_rows, o.mem_txn)
-        if o.mode == "poll":
-            b.poll_mode(o.rate, o.live_seconds, o.rows, o.reps)
-        if o.mode == "messages":
-            b.messages(o.rows, int(o.txn_sizes.split()[0]), o.reps)
+        for broker in brokers:
+            b.broker, b.results = broker, {"backlog": {}, "live": {}, "memory": {}, "poll": {}}
+            per_broker[broker] = b.results
+            b.pressure.prefix = f"{broker} "
+            log(f"broker: {broker}")
+            run_modes(b, o, rates)
+            b.stop_broker()
     except Exception as e:  # report what was measured before the failure
         error = f"{type(e).__name__}: {e}"
         log(f"error: {error}")
     finally:
         b.cleanup()
     try:
-        table = build_table(b.results, before) + messages_table(b.results)
+        table = []
+        for broker, res in per_broker.items():
+            table += [(f"[{broker}] {r[0]}", *r[1:]) for r in
+                      build_table(res, (before or {}).get(broker)) + messages_table(res)]
     except Exception as e:  # a partial run can lack figures the table compares
         table = []
         error = error or f"table: {type(e).__name__}: {e}"
@@ -1246,7 +1560,8 @@ def main():
                    "postgres": b.version, "config": {k: v for k, v in vars(o).items() if k != "args"},
                    "table": [dict(zip(("figure", "value", "baseline", "ratio", "target", "verdict"), r))
                              for r in table],
-                   "results": b.results, "pressure": pressure, "pressure_samples": b.pressure.samples,
+                   "brokers": list(per_broker), "kafka_start_seconds": b.broker_starts,
+                   "results": per_broker, "pressure": pressure, "pressure_samples": b.pressure.samples,
                    "error": error},
                   f, indent=1)
     print(f"results: {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}")

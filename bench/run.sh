@@ -15,11 +15,20 @@
 #   bench/run.sh messages [ROWS] [TXN_SIZE]       the same events as outbox rows vs logical decoding
 #                                                 messages (default 200000, 10): insert rate, WAL
 #                                                 bytes, relay drain rate and CPU for each (issue 14)
+#   bench/run.sh topics [ROWS] [TOPIC_COUNTS]     one ROWS-row transaction routed over each count of
+#                                                 topics (default 200000 "1 100 1000"): drain time,
+#                                                 relay CPU µs/event by thread, broker CPU, against
+#                                                 pg_recvlogical and producer-only over the same topics
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
+#
+# Every mode runs once per broker: --broker tansu|kafka|both (BENCH_BROKER; default both,
+# tansu first), with a fresh broker before every Kafka-side measurement: a new tansu, or a
+# new Apache Kafka KRaft node (scripts/start-kafka.sh in a fresh directory, heap KAFKA_HEAP,
+# default "-Xms256m -Xmx1g"). Figures are prefixed [tansu] / [kafka] in the table.
 #
 # Builds the release relay and the two baseline examples (produce_only, polling_relay),
 # then runs bench/bench.py on a private PostgreSQL (scripts/dev-postgres.sh, under
-# /tmp/pgoutbox-bench.<pid>, removed afterwards) and a local tansu broker. What is
+# /tmp/pgoutbox-bench.<pid>, removed afterwards) and local brokers. What is
 # measured, and against which baseline, is described at the top of bench/bench.py.
 # Prints a table (value, baseline, ratio, target, met / not met) with the CPU pressure
 # seen in each phase, and writes bench/results/<utc-timestamp>.json (or --json PATH).
@@ -27,7 +36,8 @@
 # Tunables (env or flag): BENCH_ROWS/--rows (200000), BENCH_REPS/--reps (3),
 # BENCH_TXN_SIZES/--txn-sizes ("1 10 100"), BENCH_LIVE_SECONDS/--live-seconds (15),
 # BENCH_MEM_ROWS/--mem-rows (1000000), BENCH_MEM_TXN/--mem-txn (1), BENCH_RATES/--rates
-# ("1000 5000 10000"), BENCH_IDLE_SECONDS/--idle-seconds (30). Before/after: BENCH_RELAY_B/
+# ("1000 5000 10000"), BENCH_IDLE_SECONDS/--idle-seconds (30), BENCH_TOPIC_COUNTS/
+# --topic-counts ("1 100 1000"). Before/after: BENCH_RELAY_B/
 # --relay-b BIN runs a second pgoutbox build (e.g. main's) in the same live rotation;
 # --before PATH compares the live rows with an earlier results JSON (p50, CPU per event).
 # The machine should be otherwise idle: the pressure lines show when it was not.

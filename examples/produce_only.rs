@@ -1,6 +1,6 @@
 //! Producer-only baseline for `bench/run.sh`: the Kafka-side limit of the relay.
 //!
-//! `cargo run --release --example produce_only -- BROKERS TOPIC EVENTS [KEYS] [PAD]`
+//! `cargo run --release --example produce_only -- BROKERS TOPIC EVENTS [KEYS] [PAD] [TOPICS]`
 //!
 //! Builds `EVENTS` records in memory with the shape the bench's outbox rows take in
 //! the relay (key = one of `KEYS` aggregate ids, value = the payload JSON with `PAD`
@@ -8,7 +8,10 @@
 //! relay's own producer — [`producer_config`] with no overrides and [`KafkaSink`] —
 //! with the same backpressure rule (queue full → wait for a delivery) and waits for
 //! every ack. Invariant: the timed part is first send → last ack; building records
-//! and creating the producer are outside it. A failed delivery ends the run with
+//! and creating the producer are outside it. With `TOPICS` (≥ 1), record `i` goes to
+//! `TOPIC.t{i % TOPICS}` with key `(i / TOPICS) % KEYS`, as the bench's fan-out
+//! backlog routes its rows (`bench/run.sh topics`); without, every record goes to
+//! `TOPIC` with key `i % KEYS`. A failed delivery ends the run with
 //! exit code 1: a baseline that lost records would be meaningless.
 //!
 //! Prints one JSON object: events, seconds, events_per_second, cpu_us_per_event
@@ -41,7 +44,24 @@ fn cpu_time() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
-fn record(topic: &str, i: u64, keys: u64, pad: &str, timestamp_ms: i64) -> KafkaRecord {
+/// Where record `i` goes: (topic, key).
+fn route(topic: &str, i: u64, keys: u64, topics: u64) -> (String, u64) {
+    if topics > 0 {
+        (format!("{topic}.t{}", i % topics), (i / topics) % keys)
+    } else {
+        (topic.to_owned(), i % keys)
+    }
+}
+
+fn record(
+    topic: &str,
+    i: u64,
+    keys: u64,
+    topics: u64,
+    pad: &str,
+    timestamp_ms: i64,
+) -> KafkaRecord {
+    let (topic, key) = route(topic, i, keys, topics);
     let id = format!(
         "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
         i as u32,
@@ -51,8 +71,8 @@ fn record(topic: &str, i: u64, keys: u64, pad: &str, timestamp_ms: i64) -> Kafka
         i
     );
     KafkaRecord {
-        topic: topic.to_owned(),
-        key: Some(Bytes::from((i % keys).to_string())),
+        topic,
+        key: Some(Bytes::from(key.to_string())),
         value: Some(Bytes::from(format!(
             r#"{{"g": {}, "i": {i}, "pad": "{pad}"}}"#,
             i % 100
@@ -74,7 +94,7 @@ async fn main() -> ExitCode {
         args.get(1),
         args.get(2).and_then(|v| v.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: produce_only BROKERS TOPIC EVENTS [KEYS] [PAD]");
+        eprintln!("usage: produce_only BROKERS TOPIC EVENTS [KEYS] [PAD] [TOPICS]");
         return ExitCode::from(2);
     };
     let keys = args
@@ -83,11 +103,12 @@ async fn main() -> ExitCode {
         .unwrap_or(1000u64)
         .max(1);
     let pad = "x".repeat(args.get(4).and_then(|v| v.parse().ok()).unwrap_or(100));
+    let topics = args.get(5).and_then(|v| v.parse().ok()).unwrap_or(0u64);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let records: Vec<KafkaRecord> = (0..events)
-        .map(|i| record(topic, i, keys, &pad, now_ms))
+        .map(|i| record(topic, i, keys, topics, &pad, now_ms))
         .collect();
     let config = match producer_config(brokers, &KafkaOptions::default()) {
         Ok(c) => c,
