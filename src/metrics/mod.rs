@@ -32,7 +32,9 @@
 //! scrape (every 15 s or so, not per event), larger, and cannot render our
 //! exposition: it refuses counter names ending `_total` and drops the suffix from
 //! their HELP and TYPE lines, appends `.` to every HELP text, writes `le="1.0"` for
-//! `le="1"` and ends with `# EOF` (113 of 260 lines differ). The test
+//! `le="1"`, leaves out a family with no sample yet (ours declares the heartbeat
+//! gauges and the per-topic counters always, for the alert rules) and ends with
+//! `# EOF` (113 of 260 lines differ). The test
 //! `exposition_is_the_golden_text` pins the text byte for byte (`exposition.txt`).
 //!
 //! Lag, one definition for `/metrics` and `pgoutbox status`: the server's WAL
