@@ -111,6 +111,21 @@ impl Sample {
     }
 }
 
+#[cfg(test)]
+impl Sample {
+    /// Every metric read, with known values (the exposition's golden test).
+    pub(super) fn known() -> Sample {
+        Sample {
+            cpu_seconds: Some(12.34),
+            resident_bytes: Some(18_874_368),
+            virtual_bytes: Some(104_857_600),
+            open_fds: Some(17),
+            max_fds: Some(1024),
+            start_time_seconds: Some(1_700_000_000.5),
+        }
+    }
+}
+
 /// `/proc/self/stat`: the command name (field 2) is in parentheses and may itself
 /// hold spaces and `)`, so fields are counted from the last `)`.
 fn parse_stat(text: &str) -> Option<Stat> {
