@@ -248,9 +248,16 @@ impl Reader {
     /// (records, highest offset), and the gaps seen: tells a record the broker lost
     /// from one the reader missed.
     pub fn audit(&self) -> String {
-        let from_zero = self.positions.keys().map(|k| (k.clone(), 0)).collect();
-        let mut fresh = Self::at(self.brokers.clone(), self.extra.clone(), from_zero);
+        let from_zero: HashMap<(String, i32), i64> =
+            self.positions.keys().map(|k| (k.clone(), 0)).collect();
+        let mut fresh = Self::at(self.brokers.clone(), self.extra.clone(), from_zero.clone());
         fresh.settle(Duration::from_secs(10));
+        // The same with read_uncommitted: a record past the last stable offset
+        // (an open transaction in the partition) shows here only.
+        let mut extra = self.extra.clone();
+        extra.push(("isolation.level".into(), "read_uncommitted".into()));
+        let mut uncommitted = Self::at(self.brokers.clone(), extra, from_zero);
+        uncommitted.settle(Duration::from_secs(10));
         let tally = |records: &[Consumed]| {
             let mut by: std::collections::BTreeMap<(String, i32), (usize, i64)> =
                 Default::default();
@@ -262,12 +269,14 @@ impl Reader {
             by
         };
         let (mine, theirs) = (tally(&self.records), tally(&fresh.records));
-        let mut text = String::from("reader audit (partition: read here / read by a fresh consumer, as records and highest offset):");
+        let all = tally(&uncommitted.records);
+        let mut text = String::from("reader audit (partition: read here / by a fresh consumer / by a fresh read_uncommitted one, as records and highest offset):");
         for (tp, fresh) in &theirs {
             let here = mine.get(tp).copied().unwrap_or((0, -1));
+            let any = all.get(tp).copied().unwrap_or((0, -1));
             text += &format!(
-                "\n  {}[{}]: {} / {} records, offset {} / {}",
-                tp.0, tp.1, here.0, fresh.0, here.1, fresh.1
+                "\n  {}[{}]: {} / {} / {} records, offset {} / {} / {}",
+                tp.0, tp.1, here.0, fresh.0, any.0, here.1, fresh.1, any.1
             );
         }
         // What a consumer starting where this reader stands gets now.
