@@ -396,7 +396,8 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         },
         invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
         record_timestamp: record_timestamp(&args.records),
-        // Unused by replay (it bounds its own window), valid values all the same.
+        // Replay's own window (no --max-in-flight flags; rows come --batch-size at
+        // a time), applied by the deliverer's one rule: see replay/deliver.rs.
         max_in_flight_records: crate::replay::MAX_IN_FLIGHT,
         max_in_flight_bytes: usize::MAX,
         drain_timeout: Duration::from_secs(30),

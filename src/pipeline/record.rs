@@ -141,32 +141,24 @@ pub fn poison(
     Ok(Some(letter))
 }
 
-/// A record the broker refused, as a poison row (`too-large`), when it is one: the
-/// broker refused its size, it is not a dead letter (a refused dead letter stops
-/// the relay), and `too-large` is not set to `fail`. `size` is what it counted in
-/// flight; `commit_ms` stamps its dead letter.
-pub fn refused(
-    cfg: &PipelineConfig,
-    err: &DeliveryError,
-    size: usize,
-    commit_ms: i64,
-) -> Option<(KafkaRecord, Invalid)> {
-    if cfg.invalid.action(Cause::TooLarge) == Action::Fail {
-        return None;
-    }
-    refused_row(cfg, err, size, commit_ms)
+/// The refusal predicate, the one place it is written: a refusal makes a poison
+/// row (`too-large`) when the broker or librdkafka refused the record's size and it
+/// is not a dead letter (a refused dead letter is never poison again: it stops).
+pub fn is_poison_refusal(cfg: &PipelineConfig, err: &DeliveryError) -> bool {
+    err.is_too_large() && err.topic != cfg.invalid.dlq_topic
 }
 
-/// [`refused`] whatever the policy: the row the broker refused for its size (not a
-/// dead letter), for [`poison`] to apply `--on-invalid` to (`fail` stops with the
-/// row's table and LSN).
+/// The row the broker refused for its size, when [`is_poison_refusal`], rebuilt
+/// from the report for [`poison`] to apply `--on-invalid` to (`fail` stops with the
+/// row's table and LSN). `size` is what it counted in flight; `commit_ms` stamps
+/// its dead letter.
 pub fn refused_row(
     cfg: &PipelineConfig,
     err: &DeliveryError,
     size: usize,
     commit_ms: i64,
 ) -> Option<(KafkaRecord, Invalid)> {
-    if !err.is_too_large() || err.topic == cfg.invalid.dlq_topic {
+    if !is_poison_refusal(cfg, err) {
         return None;
     }
     let refused = err.refused.as_deref();

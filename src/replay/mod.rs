@@ -130,6 +130,10 @@ pub enum ReplayError {
     /// The producer could not be created.
     #[error(transparent)]
     Producer(#[from] CreateError),
+    /// The delivery accounting failed (a bug: a failed record is listed, never
+    /// returned).
+    #[error(transparent)]
+    Deliver(Box<crate::pipeline::PipelineError>),
     /// The producer's report channel closed.
     #[error("the Kafka producer stopped reporting deliveries")]
     ProducerGone,
@@ -161,13 +165,21 @@ pub async fn run(
     simple(&client, "SET DateStyle = 'ISO'").await?;
     let pipeline = with_not_null(&cfg.pipeline, &client).await?;
     let bounds = resolve(&client, &cfg.selection).await?;
-    let mut output = output(cfg, records, &metrics, &shutdown)?;
     let stamp = to_rfc3339(started);
     log_start(cfg, &bounds, &stamp);
+    let stamp = Bytes::from(stamp);
+    let mut output = output(
+        cfg,
+        &pipeline,
+        records,
+        &metrics,
+        (&stamp, started),
+        &shutdown,
+    )?;
     let mut ctx = Ctx {
         cfg: &pipeline,
         metrics: &metrics,
-        stamp: Bytes::from(stamp),
+        stamp,
         summary: Summary {
             dry_run: cfg.kafka.is_none(),
             ..Summary::default()
@@ -211,8 +223,10 @@ pub async fn run(
 /// Where the records go: `records` for a dry run, else a producer as `run`'s.
 fn output<'o>(
     cfg: &ReplayConfig,
+    pipeline: &'o PipelineConfig,
     records: &'o mut dyn Write,
     metrics: &Arc<Metrics>,
+    (stamp, started): (&Bytes, i64),
     shutdown: &CancellationToken,
 ) -> Result<Output<'o>, ReplayError> {
     Ok(match &cfg.kafka {
@@ -220,7 +234,9 @@ fn output<'o>(
         Some((brokers, options)) => {
             let config = replay_producer_config(brokers, options)?;
             let sink = KafkaSink::new(&config, metrics.clone())?;
-            Output::Kafka(Box::new(Kafka::new(sink, shutdown.clone())))
+            let marks = (stamp.clone(), started);
+            let kafka = Kafka::new(sink, pipeline, metrics.clone(), marks, shutdown.clone());
+            Output::Kafka(Box::new(kafka))
         }
     })
 }

@@ -71,16 +71,8 @@ pub fn write_record(table: &str, record: &KafkaRecord, out: &mut dyn Write) -> s
     out.write_all(b"\n")
 }
 
-/// A record Kafka did not take.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failed {
-    /// Its event id.
-    pub event_id: String,
-    /// Its topic.
-    pub topic: String,
-    /// Why.
-    pub reason: String,
-}
+/// A record Kafka did not take (listed by the deliverer).
+pub use crate::pipeline::deliver::Failed;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default)]

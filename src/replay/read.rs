@@ -166,11 +166,7 @@ impl Reader<'_> {
             }
             RelationRoute::NotOutbox(_) => return Ok(()),
         };
-        let origin = origin(table);
-        match ctx.poison(invalid, &record, &origin)? {
-            Some(letter) => output.emit(ctx, letter, origin).await,
-            None => Ok(()),
-        }
+        output.poison(ctx, invalid, record, origin(table)).await
     }
 }
 

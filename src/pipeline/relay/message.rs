@@ -18,11 +18,10 @@
 //! line and a counter.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{first, Relay};
+use super::Relay;
 use crate::outbox::connect::EnvelopeCache;
 use crate::outbox::event::{ColumnMapping, ResolvedMapping};
 use crate::outbox::invalid::{Cause, Invalid, Origin};
@@ -155,9 +154,9 @@ impl Relay<'_> {
                 Ok(())
             }
             NonTransactional::Relay => {
-                let no = self.tracker.begin(timestamp::now_pg_micros());
+                let no = self.deliver.begin(timestamp::now_pg_micros());
                 let result = self.relay_message(sink, message, no, timestamp::now_pg_micros());
-                self.tracker.commit(no, message.lsn)?;
+                self.deliver.commit(no, message.lsn)?;
                 result
             }
         }
@@ -201,7 +200,9 @@ impl Relay<'_> {
                     reason: err.to_string(),
                 };
                 let record = stand_in(&message.content, super::unix_ms(commit_time));
-                return self.poison(sink, invalid, record, txn, origin);
+                return self
+                    .deliver
+                    .poison(sink, invalid, record, (txn, message.lsn), origin);
             }
         };
         let event = mapping.event(&row.tuple);
@@ -214,15 +215,18 @@ impl Relay<'_> {
         let mut record = match record::build(cfg, &self.metrics, found, &event, commit_time, at) {
             Built::Poison(mut record, invalid) => {
                 add_headers(&mut record, headers);
-                return self.poison(sink, invalid, record, txn, origin);
+                return self
+                    .deliver
+                    .poison(sink, invalid, record, (txn, message.lsn), origin);
             }
             Built::Send(record) => record,
         };
         add_headers(&mut record, headers);
-        let at = self.at;
-        self.watch
-            .sent(txn, Instant::now(), || first(&record, &source, at));
-        self.send(sink, record, txn, Origin::default())
+        let at = RowAt {
+            table: &source,
+            lsn: self.at,
+        };
+        self.deliver.send(sink, record, txn, at)
     }
 }
 
