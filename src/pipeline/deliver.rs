@@ -129,8 +129,10 @@ impl<'a> Deliverer<'a> {
     }
 
     /// A replay's deliverer: every record carries header `name` = `value`, and a
-    /// record Kafka does not take (or a too-large row under `fail`, once others are
-    /// in flight) is listed in [`failed`](Self::failed) while the rest go on.
+    /// record Kafka does not take is listed in [`failed`](Self::failed) while the
+    /// rest go on — so is a row the broker refused for its size under
+    /// `too-large=fail` (its report comes while later rows are in flight); a row
+    /// the producer refuses up front under `fail` still stops, before the next.
     pub fn for_replay(mut self, name: &'static str, value: Bytes) -> Self {
         self.mark = Some((name, value));
         self.on_failure = OnFailure::List;
@@ -383,8 +385,9 @@ impl<'a> Deliverer<'a> {
                     reason: err.reason.clone(),
                 };
                 let origin = self.origin(unit);
-                let poisoned = self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin);
-                self.listed(poisoned, &err.topic)?;
+                // `fail` stops here, before anything later is handed over (also a
+                // replay: nothing of the row went out).
+                self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin)?;
                 self.done(unit, size)
             }
             Err(SendError::Refused(err)) => {
@@ -454,7 +457,7 @@ fn first(record: &KafkaRecord, table: &(impl std::fmt::Display + ?Sized), lsn: L
 }
 
 /// A PostgreSQL timestamp (µs since 2000-01-01) as ms since the Unix epoch.
-pub(super) fn unix_ms(pg_micros: i64) -> i64 {
+fn unix_ms(pg_micros: i64) -> i64 {
     timestamp::to_unix_micros(pg_micros).div_euclid(1000)
 }
 
