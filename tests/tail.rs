@@ -449,7 +449,14 @@ fn events_with_an_illegal_topic_are_marked() {
         "topic \"outbox.event.new order\" is not a legal Kafka topic name \
          (1-249 of [a-zA-Z0-9._-]): `run` treats this row as a poison row (invalid-topic)"
     );
+    // The poison diagnosis `run` makes, and what it does by default: stop.
+    assert_eq!(json[0]["poison"]["cause"], "invalid-topic", "{}", lines[0]);
+    assert_eq!(json[0]["poison"]["action"], "fail", "{}", lines[0]);
+    assert!(json[0].get("record").is_none(), "{}", lines[0]);
     assert_eq!(json[1]["topic"], "outbox.event.order");
     assert!(json[1].get("topic_invalid").is_none(), "{}", lines[1]);
+    assert!(json[1].get("poison").is_none(), "{}", lines[1]);
+    assert_eq!(json[1]["record"]["topic"], "outbox.event.order");
+    assert_eq!(json[1]["record"]["key"], "2");
     assert!(tail.wait_exit(WAIT).success());
 }

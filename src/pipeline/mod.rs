@@ -60,6 +60,7 @@ mod progress;
 pub mod record;
 pub mod relay;
 mod session;
+pub mod shown;
 pub mod sink;
 pub mod stall;
 pub mod tag;

@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::deliver::{unix_ms, Deliverer, Unit};
+use super::deliver::{Deliverer, Unit};
 use super::error::PipelineError;
 use super::record::{self, Built, RowAt};
 use super::sink::Sink;
@@ -45,7 +45,7 @@ use super::tracker::AckTracker;
 use super::{OnUpdate, PipelineConfig, SessionStats};
 use crate::kafka::producer::Delivery;
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{self, Origin};
+use crate::outbox::invalid::Origin;
 use crate::outbox::tables::{OutboxTables, RelationRoute};
 use crate::pg::lsn::Lsn;
 use crate::pg::names::TableName;
@@ -274,32 +274,29 @@ impl<'a> Relay<'a> {
                 })?;
         let Some(txn) = &self.txn else { return Ok(()) };
         let (no, commit_time) = (txn.no, txn.commit_time);
-        let (record, invalid, table) = match route {
-            RelationRoute::NotOutbox(table) => return Err(self.unmapped(table, lsn)),
-            RelationRoute::Outbox(table, mapping, template) => {
-                let event = mapping.event(&insert.tuple);
+        let built = record::row(
+            self.cfg,
+            &self.metrics,
+            route,
+            &insert.tuple,
+            commit_time,
+            lsn,
+        );
+        match built {
+            Err(table) => Err(self.unmapped(table, lsn)),
+            Ok((table, Built::Send(record))) => {
                 let at = RowAt { table, lsn };
-                let found = (&**mapping, template);
-                match record::build(self.cfg, &self.metrics, found, &event, commit_time, at) {
-                    Built::Poison(record, invalid) => (record, invalid, table),
-                    Built::Send(record) => {
-                        let at = RowAt { table, lsn };
-                        return self.deliver.send(sink, record, no, at);
-                    }
-                }
+                self.deliver.send(sink, record, no, at)
             }
-            RelationRoute::Unmapped(u) => {
-                let record =
-                    invalid::unmapped_row(&u.columns, u.id, &insert.tuple, unix_ms(commit_time));
-                (record, invalid::missing_column(&u.missing), &u.table)
+            Ok((table, Built::Poison(record, invalid))) => {
+                let origin = Origin {
+                    table: Some(table.to_string()),
+                    lsn: Some(lsn.to_string()),
+                };
+                self.deliver
+                    .poison(sink, invalid, record, (no, lsn), origin)
             }
-        };
-        let origin = Origin {
-            table: Some(table.to_string()),
-            lsn: Some(lsn.to_string()),
-        };
-        self.deliver
-            .poison(sink, invalid, record, (no, lsn), origin)
+        }
     }
 
     /// A row of a published table the relay does not map: passing it would confirm
