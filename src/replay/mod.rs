@@ -1,20 +1,24 @@
 //! `pgoutbox replay`: send events still in an outbox table to Kafka again.
 //!
 //! ```text
-//!  Selection ─▶ resolve (server clock, UTC) ─▶ per table: columns ─▶ Relation ─▶ OutboxTables
+//!  Selection ─▶ resolve (server clock, UTC) ─▶ per table: columns (the publication's
+//!  column list, as pgoutput sends them) ─▶ Relation ─▶ OutboxTables
 //!  BEGIN READ ONLY REPEATABLE READ; DECLARE cursor … ORDER BY timestamp, id
 //!  FETCH n (text values) ─▶ TupleData ─▶ mapping.event ─▶ pipeline::record::build ─▶ Output
 //!                                        poison row ─▶ pipeline::record::poison (--on-invalid)
-//!  Output: --dry-run JSON lines, or KafkaSink + wait for every report ─▶ Summary
+//!  Output: --dry-run JSON lines, or Deliverer (a unit per row) ─▶ KafkaSink, every report ─▶ Summary
 //! ```
 //!
 //! Files: `select.rs` ([`Selection`], what the flags select), `table.rs` (catalog,
-//! cursor, rows as tuples), `read.rs` (table by table, row by row), `deliver.rs` (dry run or producer, the
-//! `pgoutbox.replay` header), `print.rs` (JSON lines, [`Summary`]).
+//! cursor, rows as tuples), `read.rs` (table by table, row by row), `deliver.rs`
+//! (dry run, or the relay's deliverer with one unit per row), `print.rs` (JSON
+//! lines, [`Summary`]).
 //!
 //! Invariants: a replayed row takes the relay's own path — the [`Relation`]
-//! pgoutput would send resolves the mapping, [`crate::pipeline::record`] builds the
-//! record and applies `--on-invalid` — so a record differs from what `run` sent
+//! pgoutput would send (the columns the publication publishes) resolves the
+//! mapping, [`crate::pipeline::record`] builds the record, and the relay's
+//! [`Deliverer`](crate::pipeline::deliver::Deliverer) applies `--on-invalid` and
+//! hands it over — so a record differs from what `run` sent
 //! only by the `pgoutbox.replay` header (value: the replay's start time, RFC 3339
 //! UTC, the same on each of its records) and, where the record time falls back to
 //! the commit time (`--record-timestamp commit`, or a NULL timestamp column), by

@@ -62,7 +62,10 @@ impl Reader<'_> {
         spec: &TableSpec,
         shutdown: &CancellationToken,
     ) -> Result<(), ReplayError> {
-        let cols = TableColumns::read(self.client, &spec.table).await?;
+        let cols = TableColumns::read(self.client, &spec.table)
+            .await?
+            .publication(self.client, &ctx.cfg.publication)
+            .await?;
         let relation = cols.relation();
         let mut tables = OutboxTables::new(vec![spec.clone()]);
         if let Err(missing) = tables.on_relation(&relation) {
