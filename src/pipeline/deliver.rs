@@ -40,6 +40,9 @@
 //!   skipped row never enters the tracker;
 //! - a dead letter is never poison again: a refused dead letter stops `run` (and
 //!   is listed as failed by a replay);
+//! - a record whose failure stops `run` never counts done, so its unit never
+//!   completes and no confirmed LSN passes it (a replay counts it done: its drain
+//!   waits only for what is still in flight);
 //! - a report of another generation changes nothing (its record is resent from the
 //!   slot by the session that owns it);
 //! - no allocation per record beyond the record itself, except what names the
@@ -207,17 +210,17 @@ impl<'a> Deliverer<'a> {
         let Some(unit) = self.tags.unpack(delivery.tag, self.tracker.oldest()) else {
             return Ok(()); // a record of an earlier session: it will be resent anyway
         };
-        match delivery.result {
-            Ok(()) => self.acked(unit, delivery.in_kafka)?,
+        let handled = match delivery.result {
+            Ok(()) => self.acked(unit, delivery.in_kafka),
             // The refused record counts as done once its dead letter (if any) is in
             // flight, so the unit cannot complete before the letter is acked.
             Err(err) => {
                 let topic = err.topic.clone();
                 let refused = self.on_refused(sink, err, unit, delivery.size);
-                self.listed(refused, &topic)?;
+                self.listed(refused, &topic)
             }
-        }
-        self.done(unit, delivery.size)
+        };
+        self.done_unless_stopped(unit, delivery.size, handled)
     }
 
     /// Offer the parked record again (also while draining: it already counts in
@@ -333,6 +336,21 @@ impl<'a> Deliverer<'a> {
         Ok(())
     }
 
+    /// A record of `unit` was handled with `result`: done, unless that stops the
+    /// relay — then its unit must never complete, so no LSN passes the record. A
+    /// replay's stop still counts it done: its drain waits for what is in flight.
+    fn done_unless_stopped(
+        &mut self,
+        unit: Unit,
+        size: usize,
+        result: Result<(), PipelineError>,
+    ) -> Result<(), PipelineError> {
+        if result.is_ok() || self.on_failure == OnFailure::List {
+            self.done(unit, size)?;
+        }
+        result
+    }
+
     /// `result` of a refused record: a failure that stops, or (a replay's) one
     /// listed so the rest go on. Accounting errors always stop.
     fn listed(
@@ -387,14 +405,14 @@ impl<'a> Deliverer<'a> {
                 let origin = self.origin(unit);
                 // `fail` stops here, before anything later is handed over (also a
                 // replay: nothing of the row went out).
-                self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin)?;
-                self.done(unit, size)
+                let poisoned = self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin);
+                self.done_unless_stopped(unit, size, poisoned)
             }
             Err(SendError::Refused(err)) => {
                 let size = parked.record.size();
                 let topic = err.topic.clone();
-                self.listed(Err(err.into()), &topic)?;
-                self.done(parked.unit, size)
+                let listed = self.listed(Err(err.into()), &topic);
+                self.done_unless_stopped(parked.unit, size, listed)
             }
         }
     }
