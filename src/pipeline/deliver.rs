@@ -398,11 +398,11 @@ impl<'a> Deliverer<'a> {
             Err(SendError::Refused(err)) if record::is_poison_refusal(self.cfg, &err) => {
                 let Parked { record, unit } = parked;
                 let size = record.size();
-                let invalid = Invalid {
+                let mut invalid = Invalid {
                     cause: Cause::TooLarge,
                     reason: err.reason.clone(),
                 };
-                let origin = self.origin(unit);
+                let origin = self.locate(unit, &mut invalid)?;
                 // `fail` stops here, before anything later is handed over (also a
                 // replay: nothing of the row went out).
                 let poisoned = self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin);
@@ -432,35 +432,32 @@ impl<'a> Deliverer<'a> {
         else {
             return Err(err.into());
         };
-        // The report names the record, not its change: say where its unit lies in
-        // the WAL (its first outbox change, and its commit once seen).
-        let first = self.watch.first_of(unit).filter(|f| f.lsn != Lsn::INVALID);
-        if let Some(first) = first {
-            invalid.reason += &match self.tracker.commit_lsn(unit)? {
-                Some(commit) => format!(
-                    "; the row is in the transaction whose first outbox change is at {} (committed at {commit})",
-                    first.lsn
-                ),
-                None => format!(
-                    "; the row is in the transaction whose first outbox change is at {}",
-                    first.lsn
-                ),
-            };
-        }
-        let origin = self.origin(unit);
+        let origin = self.locate(unit, &mut invalid)?;
         self.poison(sink, invalid, record, (unit, Lsn::INVALID), origin)
     }
 
-    /// Where `unit`'s rows come from: the table and LSN of its first record (no
-    /// LSN for a row read with SQL).
-    fn origin(&self, unit: Unit) -> Origin {
+    /// Where a refused record of `unit` comes from. A refusal names the record, not
+    /// its change: the origin is the table and LSN of the unit's first record (no
+    /// LSN for a row read with SQL), and `invalid`'s reason says so — where its
+    /// transaction lies in the WAL (its first outbox change, and its commit once
+    /// seen).
+    fn locate(&mut self, unit: Unit, invalid: &mut Invalid) -> Result<Origin, PipelineError> {
         let first = self.watch.first_of(unit);
-        Origin {
+        let origin = Origin {
             table: first.map(|f| f.table.clone()),
             lsn: first
                 .filter(|f| f.lsn != Lsn::INVALID)
                 .map(|f| f.lsn.to_string()),
+        };
+        if let Some(lsn) = &origin.lsn {
+            invalid.reason += &match self.tracker.commit_lsn(unit)? {
+                Some(commit) => format!(
+                    "; the row is in the transaction whose first outbox change is at {lsn} (committed at {commit})"
+                ),
+                None => format!("; the row is in the transaction whose first outbox change is at {lsn}"),
+            };
         }
+        Ok(origin)
     }
 }
 
