@@ -19,6 +19,7 @@ mod cluster;
 mod config;
 mod debezium;
 mod edges;
+mod equivalence;
 mod failover;
 mod failover_slots;
 mod faults;

@@ -334,11 +334,22 @@ fn tail_drops_its_publication_on_signals_and_errors_and_keeps_an_existing_one() 
             tail.stderr()
         );
     }
-    // An error after the publication was made: a mapped column the table lacks.
+    // An error after the publication was made: the replication connection is
+    // cut. (A mapped column the table lacks is no error any more: tail shows its
+    // rows as the missing-column poison rows `run` sees.)
     let mut tail = start_tail(&db, &["--payload-column", "body"]);
     insert_one(&db, "1");
+    let line: serde_json::Value = serde_json::from_str(&tail.take_lines(1, WAIT)[0]).unwrap();
+    assert_eq!(line["poison"]["cause"], "missing-column", "{line}");
+    assert!(
+        line["poison"]["reason"].as_str().unwrap().contains("body"),
+        "{line}"
+    );
+    db.psql(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+         WHERE slot_name LIKE 'pgoutbox_tail_%' AND database = current_database()",
+    );
     assert!(!tail.wait_exit(WAIT).success());
-    assert!(tail.stderr().contains("body"), "{}", tail.stderr());
     assert_eq!(publications(&db), Vec::<String>::new(), "{}", tail.stderr());
     // An existing publication is read through and left as it was.
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert, update')");
@@ -449,8 +460,15 @@ fn events_with_an_illegal_topic_are_marked() {
         "topic \"outbox.event.new order\" is not a legal Kafka topic name \
          (1-249 of [a-zA-Z0-9._-]): `run` treats this row as a poison row (invalid-topic)"
     );
+    // The poison diagnosis `run` makes, and what it does by default: stop.
+    assert_eq!(json[0]["poison"]["cause"], "invalid-topic", "{}", lines[0]);
+    assert_eq!(json[0]["poison"]["action"], "fail", "{}", lines[0]);
+    assert!(json[0].get("record").is_none(), "{}", lines[0]);
     assert_eq!(json[1]["topic"], "outbox.event.order");
     assert!(json[1].get("topic_invalid").is_none(), "{}", lines[1]);
+    assert!(json[1].get("poison").is_none(), "{}", lines[1]);
+    assert_eq!(json[1]["record"]["topic"], "outbox.event.order");
+    assert_eq!(json[1]["record"]["key"], "2");
     assert!(tail.wait_exit(WAIT).success());
 }
 

@@ -19,6 +19,14 @@ pub struct TailArgs {
     #[command(flatten)]
     pub routing: RoutingArgs,
 
+    /// The record path, as `run` has it: tail shows the record `run` would send.
+    #[command(flatten)]
+    pub record_format: FormatArgs,
+
+    /// The poison-row policy and record time, as `run` has them.
+    #[command(flatten)]
+    pub records: RecordArgs,
+
     /// Output format: one JSON object per line, or a readable block per event.
     #[arg(long, value_enum, default_value_t = TailFormat::Json)]
     pub format: TailFormat,

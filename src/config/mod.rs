@@ -233,10 +233,30 @@ pub fn validate_slot(name: &str) -> Result<String, ConfigError> {
 pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, ConfigError> {
     let source = source(&args.source)?;
     let routing = RoutingConfig::from_args(&args.routing, overrides)?;
-    let messages = routing.messages(&source, None, NonTransactionalArg::Ignore)?;
-    Ok(TailConfig {
-        tables: routing.specs(&source.tables)?,
+    let (format, placements) = format(&args.record_format)?;
+    let mut tables = routing.specs(&source.tables)?;
+    for spec in &mut tables {
+        spec.mapping.placements.clone_from(&placements);
+    }
+    let messages = routing.messages(&source, placements, NonTransactionalArg::Ignore)?;
+    // `run`'s record path: tail shows the record `run` would send for each row.
+    let pipeline = PipelineConfig {
+        tables,
         messages,
+        format,
+        publication: source.publication.clone(),
+        on_update: OnUpdate::Ignore,
+        invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
+        record_timestamp: record_timestamp(&args.records),
+        // Tail sends nothing: no window, no drain, no status, no stall.
+        max_in_flight_records: 1,
+        max_in_flight_bytes: 1,
+        drain_timeout: Duration::ZERO,
+        status_interval: Duration::from_millis(100),
+        stall_timeout: None,
+    };
+    Ok(TailConfig {
+        pipeline,
         source,
         format: match args.format {
             TailFormatArg::Json => TailFormat::Json,
@@ -396,7 +416,8 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         },
         invalid: InvalidPolicy::parse(&args.records.on_invalid, &args.records.dlq_topic)?,
         record_timestamp: record_timestamp(&args.records),
-        // Unused by replay (it bounds its own window), valid values all the same.
+        // Replay's own window (no --max-in-flight flags; rows come --batch-size at
+        // a time), applied by the deliverer's one rule: see replay/deliver.rs.
         max_in_flight_records: crate::replay::MAX_IN_FLIGHT,
         max_in_flight_bytes: usize::MAX,
         drain_timeout: Duration::from_secs(30),

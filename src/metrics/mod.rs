@@ -226,6 +226,14 @@ impl Metrics {
         bump(&self.published, topic);
     }
 
+    /// Records acked so far, per topic (what a replay's summary counts).
+    pub fn published_by_topic(&self) -> BTreeMap<String, u64> {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// A record for `topic` failed.
     pub fn failed(&self, topic: &str) {
         bump(&self.failed, topic);

@@ -205,7 +205,7 @@ impl ColumnMapping {
 }
 
 /// One outbox row, its values in PostgreSQL text format (`None` = SQL NULL).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OutboxEvent {
     /// Event id.
     pub id: Option<Bytes>,

@@ -14,8 +14,12 @@
 //!   tick, drain deadline) and persists before it confirms;
 //! - `relay/`: [`relay::Relay`], the sans-I/O core — every decision, unit tested
 //!   without a server (`relay/tests/`);
-//! - `record.rs`: [`record::build`], outbox row → record, and [`record::poison`],
-//!   `--on-invalid` applied (shared with `pgoutbox replay`);
+//! - `deliver.rs`: [`deliver::Deliverer`], the one delivery path — hand-over,
+//!   queue-full parking, size refusals, poison policy, dead letters, ack
+//!   accounting — for the relay (so poll mode) and `pgoutbox replay`;
+//! - `record.rs`: [`record::build`], outbox row → record, [`record::poison`],
+//!   `--on-invalid` applied, and the refusal predicate (shared with `replay` and
+//!   `tail`);
 //! - `sink.rs`: [`sink::Sink`], where the core hands records (the real [`KafkaSink`]
 //!   or a test's `Vec`);
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;
@@ -49,12 +53,14 @@
 //!
 //! [`KafkaSink`]: crate::kafka::producer::KafkaSink
 
+pub mod deliver;
 mod error;
 pub mod latency;
 mod progress;
 pub mod record;
 pub mod relay;
 mod session;
+pub mod shown;
 pub mod sink;
 pub mod stall;
 pub mod tag;
@@ -127,6 +133,10 @@ pub struct SessionStats {
     pub produced: u64,
     /// Records acked.
     pub acked: u64,
+    /// Poison rows dead-lettered (their letters count in `produced` and `acked`).
+    pub dead_lettered: u64,
+    /// Poison rows skipped (`--on-invalid …=skip`).
+    pub skipped: u64,
     /// The last confirmed LSN.
     pub confirmed: Lsn,
     /// Whether shutdown gave up waiting for in-flight records.

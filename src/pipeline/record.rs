@@ -24,8 +24,12 @@ use crate::outbox::invalid::{
 };
 use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::TopicTemplate;
+use crate::outbox::tables::RelationRoute;
 use crate::outbox::trace;
 use crate::pg::lsn::Lsn;
+use crate::pg::names::TableName;
+use crate::pg::source::pgoutput::TupleData;
+use crate::pg::timestamp;
 
 use super::PipelineConfig;
 
@@ -45,6 +49,36 @@ pub enum Built {
     Send(KafkaRecord),
     /// A poison row: the record it would have become and why it cannot go.
     Poison(KafkaRecord, Invalid),
+}
+
+/// What the row `tuple` of a table routed by `route` becomes — the record to
+/// send, or a poison row (a table that lost a mapped column: `missing-column`) —
+/// with its table; `Err(table)` when the table is published but no outbox table.
+/// The one entry from a row to its record for `run` (WAL), poll mode, `replay`
+/// (rows read with SQL, `lsn` [`Lsn::INVALID`]) and `tail`.
+pub fn row<'r>(
+    cfg: &PipelineConfig,
+    metrics: &Metrics,
+    route: &'r RelationRoute,
+    tuple: &TupleData,
+    commit_time: i64,
+    lsn: Lsn,
+) -> Result<(&'r TableName, Built), &'r TableName> {
+    match route {
+        RelationRoute::NotOutbox(table) => Err(table),
+        RelationRoute::Outbox(table, mapping, template) => {
+            let event = mapping.event(tuple);
+            let at = RowAt { table, lsn };
+            let found = (&**mapping, template);
+            Ok((table, build(cfg, metrics, found, &event, commit_time, at)))
+        }
+        RelationRoute::Unmapped(u) => {
+            let commit_ms = timestamp::to_unix_micros(commit_time).div_euclid(1000);
+            let record = invalid::unmapped_row(&u.columns, u.id, tuple, commit_ms);
+            let invalid = invalid::missing_column(&u.missing);
+            Ok((&u.table, Built::Poison(record, invalid)))
+        }
+    }
 }
 
 /// The record for `event`, a row of `at.table` under `mapping` and `template`;
@@ -108,9 +142,34 @@ fn finish(
     record
 }
 
+/// What `--on-invalid` makes of a poison row that would have become `record`,
+/// without counting or logging it (`tail` shows it; [`poison`] applies it):
+/// `Ok(None)` to skip it, `Ok(Some(letter))` to send its dead letter instead, or
+/// the [`PoisonRow`] error that stops before it.
+pub fn decide(
+    cfg: &PipelineConfig,
+    invalid: &Invalid,
+    record: &KafkaRecord,
+    origin: &Origin,
+) -> Result<Option<KafkaRecord>, Box<PoisonRow>> {
+    match cfg.invalid.action(invalid.cause) {
+        Action::Fail => Err(Box::new(PoisonRow::new(
+            invalid.clone(),
+            record.id_text(),
+            origin.clone(),
+        ))),
+        Action::Skip => Ok(None),
+        _ => Ok(Some(invalid::dead_letter(
+            record,
+            invalid,
+            origin,
+            &cfg.invalid.dlq_topic,
+        ))),
+    }
+}
+
 /// Apply `--on-invalid` to a poison row that would have become `record`: count and
-/// log it, then `Ok(None)` to skip it, `Ok(Some(letter))` to send its dead letter
-/// instead, or the [`PoisonRow`] error that stops before it.
+/// log it, then [`decide`].
 pub fn poison(
     cfg: &PipelineConfig,
     metrics: &Metrics,
@@ -122,7 +181,7 @@ pub fn poison(
     metrics.invalid_row(invalid.cause, action);
     let event_id = record.id_text();
     if action == Action::Fail {
-        return Err(Box::new(PoisonRow::new(invalid, event_id, origin.clone())));
+        return decide(cfg, &invalid, record, origin);
     }
     tracing::warn!(
         cause = invalid.cause.name(),
@@ -134,39 +193,27 @@ pub fn poison(
         "poison row: {} (--on-invalid)",
         if action == Action::Skip { "skipping" } else { "dead-lettering" }
     );
-    if action == Action::Skip {
-        return Ok(None);
-    }
-    let letter = invalid::dead_letter(record, &invalid, origin, &cfg.invalid.dlq_topic);
-    Ok(Some(letter))
+    decide(cfg, &invalid, record, origin)
 }
 
-/// A record the broker refused, as a poison row (`too-large`), when it is one: the
-/// broker refused its size, it is not a dead letter (a refused dead letter stops
-/// the relay), and `too-large` is not set to `fail`. `size` is what it counted in
-/// flight; `commit_ms` stamps its dead letter.
-pub fn refused(
-    cfg: &PipelineConfig,
-    err: &DeliveryError,
-    size: usize,
-    commit_ms: i64,
-) -> Option<(KafkaRecord, Invalid)> {
-    if cfg.invalid.action(Cause::TooLarge) == Action::Fail {
-        return None;
-    }
-    refused_row(cfg, err, size, commit_ms)
+/// The refusal predicate, the one place it is written: a refusal makes a poison
+/// row (`too-large`) when the broker or librdkafka refused the record's size and it
+/// is not a dead letter (a refused dead letter is never poison again: it stops).
+pub fn is_poison_refusal(cfg: &PipelineConfig, err: &DeliveryError) -> bool {
+    err.is_too_large() && err.topic != cfg.invalid.dlq_topic
 }
 
-/// [`refused`] whatever the policy: the row the broker refused for its size (not a
-/// dead letter), for [`poison`] to apply `--on-invalid` to (`fail` stops with the
-/// row's table and LSN).
+/// The row the broker refused for its size, when [`is_poison_refusal`], rebuilt
+/// from the report for [`poison`] to apply `--on-invalid` to (`fail` stops with the
+/// row's table and LSN). `size` is what it counted in flight; `commit_ms` stamps
+/// its dead letter.
 pub fn refused_row(
     cfg: &PipelineConfig,
     err: &DeliveryError,
     size: usize,
     commit_ms: i64,
 ) -> Option<(KafkaRecord, Invalid)> {
-    if !err.is_too_large() || err.topic == cfg.invalid.dlq_topic {
+    if !is_poison_refusal(cfg, err) {
         return None;
     }
     let refused = err.refused.as_deref();

@@ -56,13 +56,20 @@ pub struct Stall {
     pub in_flight: usize,
 }
 
-impl Stall {
+impl RecordRef {
     /// The event id as text (`<null id>` when the row has none).
     pub fn event_id(&self) -> String {
-        self.record.event_id.as_deref().map_or_else(
+        self.event_id.as_deref().map_or_else(
             || "<null id>".to_owned(),
             |id| String::from_utf8_lossy(id).into_owned(),
         )
+    }
+}
+
+impl Stall {
+    /// The event id as text (`<null id>` when the row has none).
+    pub fn event_id(&self) -> String {
+        self.record.event_id()
     }
 }
 
@@ -120,6 +127,18 @@ impl StallWatch {
         if let Ok(i) = self.entries.binary_search_by_key(&txn, |e| e.txn) {
             self.entries[i].since = now;
         }
+    }
+
+    /// The first record of every watched transaction with records in flight
+    /// (`in_flight(txn)`), oldest first.
+    pub fn entries<'w>(
+        &'w self,
+        in_flight: impl Fn(u64) -> bool + 'w,
+    ) -> impl Iterator<Item = &'w RecordRef> + 'w {
+        self.entries
+            .iter()
+            .filter(move |e| in_flight(e.txn))
+            .map(|e| &e.first)
     }
 
     /// The oldest transaction that still has records in flight (`in_flight(txn)`),

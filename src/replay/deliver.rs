@@ -1,36 +1,48 @@
 //! Where replayed records go: [`Output::DryRun`] prints them, [`Output::Kafka`]
-//! hands them to the same producer `run` uses ([`KafkaSink`]) and waits for every
-//! delivery report.
+//! hands them to the relay's own delivery path ([`Deliverer`], over the same
+//! producer `run` uses) and waits for every delivery report.
 //!
 //! ```text
-//!  record ─▶ emit ─▶ KafkaSink::send ──(queue full: take a report, retry)
-//!                        │ refused for its size ─▶ --on-invalid too-large
-//!  Delivery ◀────────────┘ acked ─▶ counted per topic
-//!                          size refused by the broker ─▶ --on-invalid too-large
-//!                          any other failure ─▶ Summary::failed (named, exit ≠ 0)
+//!  row ─▶ emit / poison ─▶ Deliverer (one unit per row) ─▶ KafkaSink
+//!           queue full: parked ─▶ take a report, offer it again
+//!           refused for its size (a row) ─▶ --on-invalid too-large ─▶ dead letter
+//!  Delivery ─▶ Deliverer::on_delivery ─▶ acked (counted per topic by the producer)
+//!                                        any other failure ─▶ Summary::failed
 //! ```
+//!
+//! Everything a record meets on its way is the deliverer's, as for `run`; this
+//! file is the async shell a replay needs around it (a relay session is the other
+//! one): wait for a report when the window is full or a record is parked, and
+//! drain at the end. What differs from `run` is the deliverer's replay setting
+//! ([`Deliverer::for_replay`]): a failed record is listed and the rest go on (the
+//! operator replays again; `run` stops because its slot holds the row), and every
+//! record carries the `pgoutbox.replay` header, dead letters included.
+//!
+//! The window: the deliverer's one rule ([`Deliverer::can_take`]) with the replay's
+//! own caps from its [`PipelineConfig`] ([`MAX_IN_FLIGHT`] records, no byte cap:
+//! replay has no `--max-in-flight` flags, and its rows are read `--batch-size` at a
+//! time), plus at most [`MAX_IN_FLIGHT`] rows not yet complete: each row is a unit,
+//! and units behind a slow one stay in the tracker until it is acked.
 //!
 //! Invariants: every record handed over is answered by exactly one report before
 //! [`Output::finish`] returns (or is listed as failed when the drain after a
-//! signal gives up); at most [`MAX_IN_FLIGHT`] records await a report, so memory
-//! does not grow with the replay; a dead letter goes through the same send path
-//! (its own failures are failures, never poison again); every record carries the
-//! `pgoutbox.replay` header.
+//! signal gives up); memory does not grow with the replay.
 
-use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use crate::kafka::producer::{Delivery, KafkaSink, SendError};
+use crate::kafka::producer::KafkaSink;
 use crate::metrics::Metrics;
-use crate::outbox::invalid::{Cause, Invalid, Origin};
+use crate::outbox::invalid::{Invalid, Origin};
 use crate::outbox::record::KafkaRecord;
-use crate::pg::timestamp::{now_pg_micros, to_unix_micros};
-use crate::pipeline::record;
-use crate::pipeline::PipelineConfig;
+use crate::pg::lsn::Lsn;
+use crate::pipeline::deliver::Deliverer;
+use crate::pipeline::record::{self, RowAt};
+use crate::pipeline::{PipelineConfig, PipelineError};
 
 use super::print::{write_record, Failed, Summary};
 use super::ReplayError;
@@ -38,13 +50,16 @@ use super::ReplayError;
 /// The header that marks a replayed record; its value is the replay's start time.
 pub const REPLAY_HEADER: &str = "pgoutbox.replay";
 
-/// Records awaiting a delivery report before replay reads more rows.
+/// Records (and rows) awaiting a delivery report before replay reads more rows.
 pub const MAX_IN_FLIGHT: usize = 10_000;
 
 /// How long a replay interrupted by a signal waits for outstanding reports.
 const DRAIN_AFTER_SIGNAL: Duration = Duration::from_secs(30);
 
-/// Add the `pgoutbox.replay` header to `record` unless it has it.
+/// The replay generation of every delivery tag (a replay has one producer).
+const GENERATION: u16 = 0;
+
+/// Add the `pgoutbox.replay` header to `record` unless it has it (a dry run's).
 fn mark(record: &mut KafkaRecord, stamp: &Bytes) {
     if !record
         .headers
@@ -55,34 +70,37 @@ fn mark(record: &mut KafkaRecord, stamp: &Bytes) {
     }
 }
 
-/// A record handed to the producer, until its report.
-struct Flight {
-    topic: String,
-    event_id: String,
-    origin: Origin,
-}
-
 /// The producer side of a replay.
-pub struct Kafka {
+pub struct Kafka<'c> {
     sink: KafkaSink,
-    next_tag: usize,
-    in_flight: HashMap<usize, Flight>,
-    /// Dead letters of broker-refused records, sent before the next row.
-    letters: Vec<(KafkaRecord, Origin)>,
-    /// SIGINT/SIGTERM: stops a wait for queue space while rows are read.
+    deliver: Deliverer<'c>,
+    metrics: Arc<Metrics>,
+    /// The replay's start: what a row's unit counts as its commit time.
+    started: i64,
+    /// SIGINT/SIGTERM: stops a wait for a report while rows are read.
     shutdown: CancellationToken,
     /// Rows are still being read (a signal then ends the wait for a report).
     reading: bool,
 }
 
-impl Kafka {
-    /// Replay through `sink`; `shutdown` interrupts it.
-    pub fn new(sink: KafkaSink, shutdown: CancellationToken) -> Self {
+impl<'c> Kafka<'c> {
+    /// Replay through `sink` with the record path `cfg`; `stamp` is the
+    /// `pgoutbox.replay` value, `started` the replay's start; `shutdown`
+    /// interrupts it.
+    pub fn new(
+        sink: KafkaSink,
+        cfg: &'c PipelineConfig,
+        metrics: Arc<Metrics>,
+        (stamp, started): (Bytes, i64),
+        shutdown: CancellationToken,
+    ) -> Self {
+        let deliver =
+            Deliverer::new(cfg, GENERATION, metrics.clone()).for_replay(REPLAY_HEADER, stamp);
         Self {
             sink,
-            next_tag: 0,
-            in_flight: HashMap::new(),
-            letters: Vec::new(),
+            deliver,
+            metrics,
+            started,
             shutdown,
             reading: true,
         }
@@ -94,7 +112,7 @@ pub enum Output<'o> {
     /// `--dry-run`: one JSON line per record.
     DryRun(&'o mut dyn Write),
     /// To Kafka.
-    Kafka(Box<Kafka>),
+    Kafka(Box<Kafka<'o>>),
 }
 
 /// What every record of a replay shares.
@@ -110,22 +128,6 @@ pub struct Ctx<'c> {
 }
 
 impl Ctx<'_> {
-    /// Apply `--on-invalid`; `Ok(Some(letter))` when a dead letter is to be sent.
-    pub fn poison(
-        &mut self,
-        invalid: Invalid,
-        record: &KafkaRecord,
-        origin: &Origin,
-    ) -> Result<Option<KafkaRecord>, ReplayError> {
-        let letter = record::poison(self.cfg, self.metrics, invalid, record, origin)
-            .map_err(ReplayError::Poison)?;
-        match letter {
-            Some(_) => self.summary.dead_lettered += 1,
-            None => self.summary.skipped += 1,
-        }
-        Ok(letter)
-    }
-
     fn counted(&mut self, topic: &str) {
         self.summary.sent += 1;
         *self.summary.topics.entry(topic.to_owned()).or_default() += 1;
@@ -140,21 +142,60 @@ impl Output<'_> {
         mut record: KafkaRecord,
         origin: Origin,
     ) -> Result<(), ReplayError> {
-        mark(&mut record, &ctx.stamp);
+        let table = origin.table.as_deref().unwrap_or("");
         match self {
             Output::DryRun(out) => {
-                let table = origin.table.as_deref().unwrap_or("");
+                mark(&mut record, &ctx.stamp);
                 write_record(table, &record, &mut **out).map_err(ReplayError::Output)?;
                 ctx.counted(&record.topic);
                 Ok(())
             }
-            Output::Kafka(kafka) => kafka.send(ctx, record, origin).await,
+            Output::Kafka(kafka) => {
+                let unit = kafka.deliver.begin(kafka.started);
+                let at = RowAt {
+                    table: &table,
+                    lsn: Lsn::INVALID,
+                };
+                let sent = kafka.deliver.send(&mut kafka.sink, record, unit, at);
+                kafka.unit_given(unit, sent).await
+            }
+        }
+    }
+
+    /// Apply `--on-invalid` to a poison row that would have become `record`: print
+    /// or send its dead letter, skip it, or stop ([`ReplayError::Poison`]).
+    pub async fn poison(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        invalid: Invalid,
+        record: KafkaRecord,
+        origin: Origin,
+    ) -> Result<(), ReplayError> {
+        match self {
+            Output::DryRun(_) => {
+                let letter = record::poison(ctx.cfg, ctx.metrics, invalid, &record, &origin)
+                    .map_err(ReplayError::Poison)?;
+                let Some(letter) = letter else {
+                    ctx.summary.skipped += 1;
+                    return Ok(());
+                };
+                ctx.summary.dead_lettered += 1;
+                self.emit(ctx, letter, origin).await
+            }
+            Output::Kafka(kafka) => {
+                let unit = kafka.deliver.begin(kafka.started);
+                let at = (unit, Lsn::INVALID);
+                let sent = kafka
+                    .deliver
+                    .poison(&mut kafka.sink, invalid, record, at, origin);
+                kafka.unit_given(unit, sent).await
+            }
         }
     }
 
     /// Wait for every outstanding report; once `shutdown` fired (before or during
     /// the wait), at most [`DRAIN_AFTER_SIGNAL`] longer, then the records still
-    /// unanswered are listed as failed.
+    /// unanswered are listed as failed. The summary gets the deliverer's counts.
     pub async fn finish(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -170,95 +211,52 @@ impl Output<'_> {
                 tokio::time::sleep(DRAIN_AFTER_SIGNAL).await;
             };
             tokio::select! {
-                result = kafka.drain(ctx) => Some(result),
+                result = kafka.drain() => Some(result),
                 () = signalled => None,
             }
         };
-        if let Some(result) = drained {
-            return result;
-        }
-        for flight in kafka.in_flight.drain().map(|(_, f)| f) {
-            ctx.summary.failed.push(Failed {
-                event_id: flight.event_id,
-                topic: flight.topic,
-                reason: format!("no delivery report within {DRAIN_AFTER_SIGNAL:?} after the replay was interrupted; it may or may not have arrived"),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl Kafka {
-    /// Hand `record` over, then any dead letter it or an earlier report caused;
-    /// then wait while the in-flight cap is reached.
-    async fn send(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        record: KafkaRecord,
-        origin: Origin,
-    ) -> Result<(), ReplayError> {
-        self.hand_over(ctx, record, origin).await?;
-        while let Some((letter, origin)) = self.letters.pop() {
-            self.hand_over(ctx, letter, origin).await?;
-        }
-        while self.in_flight.len() >= MAX_IN_FLIGHT {
-            self.one_report(ctx).await?;
-        }
-        Ok(())
-    }
-
-    /// Offer one record until the producer takes or refuses it. A row refused for
-    /// its size up front is a poison row (its dead letter is queued); a dead letter
-    /// refused, or any other refusal, is a failure.
-    async fn hand_over(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        mut record: KafkaRecord,
-        origin: Origin,
-    ) -> Result<(), ReplayError> {
-        mark(&mut record, &ctx.stamp);
-        loop {
-            let tag = self.next_tag;
-            match self.sink.send(&record, tag) {
-                Ok(()) => {
-                    self.next_tag = self.next_tag.wrapping_add(1);
-                    let flight = Flight {
-                        event_id: record.id_text(),
-                        topic: record.topic,
-                        origin,
-                    };
-                    self.in_flight.insert(tag, flight);
-                    return Ok(());
-                }
-                Err(SendError::QueueFull) => self.one_report(ctx).await?,
-                Err(SendError::Refused(err))
-                    if err.is_too_large() && record.topic != ctx.cfg.invalid.dlq_topic =>
-                {
-                    let invalid = Invalid {
-                        cause: Cause::TooLarge,
-                        reason: err.reason.clone(),
-                    };
-                    if let Some(letter) = ctx.poison(invalid, &record, &origin)? {
-                        self.letters.push((letter, origin));
-                    }
-                    return Ok(());
-                }
-                Err(SendError::Refused(err)) => {
-                    ctx.summary.failed.push(Failed {
-                        event_id: err.event_id.clone(),
-                        topic: err.topic.clone(),
-                        reason: err.to_string(),
-                    });
-                    return Ok(());
-                }
+        kafka.summarise(&mut ctx.summary);
+        match drained {
+            Some(result) => result,
+            None => {
+                kafka.unanswered(&mut ctx.summary);
+                Ok(())
             }
         }
     }
+}
 
-    /// Wait for one delivery report and account for it.
-    /// While rows are read, a signal ends the wait ([`ReplayError::Interrupted`]):
-    /// with the brokers down it could last until `message.timeout.ms`.
-    async fn one_report(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ReplayError> {
+impl Kafka<'_> {
+    /// `unit` got its record(s) (`given`): complete it, then wait while a record
+    /// is parked or the window is full.
+    async fn unit_given(
+        &mut self,
+        unit: u64,
+        given: Result<(), PipelineError>,
+    ) -> Result<(), ReplayError> {
+        // The unit is complete whatever happened: a poison row's `fail` stops the
+        // replay, and the drain still waits for what is in flight.
+        self.deliver.commit(unit, Lsn::INVALID).map_err(failure)?;
+        given.map_err(failure)?;
+        while !self.has_room() {
+            self.one_report().await?;
+        }
+        Ok(())
+    }
+
+    /// The window (see the module doc).
+    fn has_room(&self) -> bool {
+        let cfg = self.deliver.config();
+        self.deliver
+            .can_take(cfg.max_in_flight_records, cfg.max_in_flight_bytes)
+            && self.deliver.tracker().pending_txns() < MAX_IN_FLIGHT
+    }
+
+    /// Wait for one delivery report and account for it; then offer a parked record
+    /// again. While rows are read, a signal ends the wait
+    /// ([`ReplayError::Interrupted`]): with the brokers down it could last until
+    /// `message.timeout.ms`.
+    async fn one_report(&mut self) -> Result<(), ReplayError> {
         let delivery = tokio::select! {
             delivery = self.sink.next_delivery() => delivery,
             () = self.shutdown.cancelled(), if self.reading => {
@@ -266,45 +264,49 @@ impl Kafka {
             }
         };
         let delivery = delivery.ok_or(ReplayError::ProducerGone)?;
-        self.on_report(ctx, delivery)
+        self.deliver
+            .on_delivery(&mut self.sink, delivery)
+            .map_err(failure)?;
+        self.deliver.retry_pending(&mut self.sink).map_err(failure)
     }
 
-    fn on_report(&mut self, ctx: &mut Ctx<'_>, delivery: Delivery) -> Result<(), ReplayError> {
-        let Some(flight) = self.in_flight.remove(&delivery.tag) else {
-            return Ok(());
-        };
-        let err = match delivery.result {
-            Ok(()) => {
-                ctx.counted(&flight.topic);
-                return Ok(());
-            }
-            Err(err) => err,
-        };
-        let now_ms = to_unix_micros(now_pg_micros()) / 1000;
-        let Some((record, invalid)) = record::refused(ctx.cfg, &err, delivery.size, now_ms) else {
-            ctx.summary.failed.push(Failed {
-                event_id: flight.event_id,
-                topic: flight.topic,
-                reason: err.to_string(),
-            });
-            return Ok(());
-        };
-        if let Some(letter) = ctx.poison(invalid, &record, &flight.origin)? {
-            self.letters.push((letter, flight.origin));
+    async fn drain(&mut self) -> Result<(), ReplayError> {
+        while self.deliver.waiting_for_queue() || self.deliver.tracker().in_flight_records() > 0 {
+            self.one_report().await?;
         }
         Ok(())
     }
 
-    async fn drain(&mut self, ctx: &mut Ctx<'_>) -> Result<(), ReplayError> {
-        loop {
-            if let Some((letter, origin)) = self.letters.pop() {
-                self.hand_over(ctx, letter, origin).await?;
-                continue;
-            }
-            if self.in_flight.is_empty() {
-                return Ok(());
-            }
-            self.one_report(ctx).await?;
+    /// What the deliverer counted, into the summary (acks per topic as the
+    /// producer counted them).
+    fn summarise(&mut self, summary: &mut Summary) {
+        let stats = self.deliver.stats();
+        summary.sent += stats.acked;
+        summary.dead_lettered += stats.dead_lettered;
+        summary.skipped += stats.skipped;
+        for (topic, n) in self.metrics.published_by_topic() {
+            *summary.topics.entry(topic).or_default() += n;
         }
+        summary.failed.append(self.deliver.failed());
+    }
+
+    /// The drain after a signal gave up: each row still in flight is listed.
+    fn unanswered(&self, summary: &mut Summary) {
+        for first in self.deliver.outstanding() {
+            summary.failed.push(Failed {
+                event_id: first.event_id(),
+                topic: first.topic.clone(),
+                reason: format!("no delivery report within {DRAIN_AFTER_SIGNAL:?} after the replay was interrupted; it may or may not have arrived"),
+            });
+        }
+    }
+}
+
+/// A deliverer error as the replay's: `--on-invalid fail` is the poison stop; any
+/// other is an accounting failure (a failed record is listed, never returned).
+fn failure(err: PipelineError) -> ReplayError {
+    match err {
+        PipelineError::Invalid(poison) => ReplayError::Poison(poison),
+        other => ReplayError::Deliver(Box::new(other)),
     }
 }

@@ -1,20 +1,24 @@
 //! `pgoutbox replay`: send events still in an outbox table to Kafka again.
 //!
 //! ```text
-//!  Selection ─▶ resolve (server clock, UTC) ─▶ per table: columns ─▶ Relation ─▶ OutboxTables
+//!  Selection ─▶ resolve (server clock, UTC) ─▶ per table: columns (the publication's
+//!  column list, as pgoutput sends them) ─▶ Relation ─▶ OutboxTables
 //!  BEGIN READ ONLY REPEATABLE READ; DECLARE cursor … ORDER BY timestamp, id
 //!  FETCH n (text values) ─▶ TupleData ─▶ mapping.event ─▶ pipeline::record::build ─▶ Output
 //!                                        poison row ─▶ pipeline::record::poison (--on-invalid)
-//!  Output: --dry-run JSON lines, or KafkaSink + wait for every report ─▶ Summary
+//!  Output: --dry-run JSON lines, or Deliverer (a unit per row) ─▶ KafkaSink, every report ─▶ Summary
 //! ```
 //!
 //! Files: `select.rs` ([`Selection`], what the flags select), `table.rs` (catalog,
-//! cursor, rows as tuples), `read.rs` (table by table, row by row), `deliver.rs` (dry run or producer, the
-//! `pgoutbox.replay` header), `print.rs` (JSON lines, [`Summary`]).
+//! cursor, rows as tuples), `read.rs` (table by table, row by row), `deliver.rs`
+//! (dry run, or the relay's deliverer with one unit per row), `print.rs` (JSON
+//! lines, [`Summary`]).
 //!
 //! Invariants: a replayed row takes the relay's own path — the [`Relation`]
-//! pgoutput would send resolves the mapping, [`crate::pipeline::record`] builds the
-//! record and applies `--on-invalid` — so a record differs from what `run` sent
+//! pgoutput would send (the columns the publication publishes) resolves the
+//! mapping, [`crate::pipeline::record`] builds the record, and the relay's
+//! [`Deliverer`](crate::pipeline::deliver::Deliverer) applies `--on-invalid` and
+//! hands it over — so a record differs from what `run` sent
 //! only by the `pgoutbox.replay` header (value: the replay's start time, RFC 3339
 //! UTC, the same on each of its records) and, where the record time falls back to
 //! the commit time (`--record-timestamp commit`, or a NULL timestamp column), by
@@ -130,6 +134,10 @@ pub enum ReplayError {
     /// The producer could not be created.
     #[error(transparent)]
     Producer(#[from] CreateError),
+    /// The delivery accounting failed (a bug: a failed record is listed, never
+    /// returned).
+    #[error(transparent)]
+    Deliver(Box<crate::pipeline::PipelineError>),
     /// The producer's report channel closed.
     #[error("the Kafka producer stopped reporting deliveries")]
     ProducerGone,
@@ -161,13 +169,21 @@ pub async fn run(
     simple(&client, "SET DateStyle = 'ISO'").await?;
     let pipeline = with_not_null(&cfg.pipeline, &client).await?;
     let bounds = resolve(&client, &cfg.selection).await?;
-    let mut output = output(cfg, records, &metrics, &shutdown)?;
     let stamp = to_rfc3339(started);
     log_start(cfg, &bounds, &stamp);
+    let stamp = Bytes::from(stamp);
+    let mut output = output(
+        cfg,
+        &pipeline,
+        records,
+        &metrics,
+        (&stamp, started),
+        &shutdown,
+    )?;
     let mut ctx = Ctx {
         cfg: &pipeline,
         metrics: &metrics,
-        stamp: Bytes::from(stamp),
+        stamp,
         summary: Summary {
             dry_run: cfg.kafka.is_none(),
             ..Summary::default()
@@ -211,8 +227,10 @@ pub async fn run(
 /// Where the records go: `records` for a dry run, else a producer as `run`'s.
 fn output<'o>(
     cfg: &ReplayConfig,
+    pipeline: &'o PipelineConfig,
     records: &'o mut dyn Write,
     metrics: &Arc<Metrics>,
+    (stamp, started): (&Bytes, i64),
     shutdown: &CancellationToken,
 ) -> Result<Output<'o>, ReplayError> {
     Ok(match &cfg.kafka {
@@ -220,7 +238,9 @@ fn output<'o>(
         Some((brokers, options)) => {
             let config = replay_producer_config(brokers, options)?;
             let sink = KafkaSink::new(&config, metrics.clone())?;
-            Output::Kafka(Box::new(Kafka::new(sink, shutdown.clone())))
+            let marks = (stamp.clone(), started);
+            let kafka = Kafka::new(sink, pipeline, metrics.clone(), marks, shutdown.clone());
+            Output::Kafka(Box::new(kafka))
         }
     })
 }

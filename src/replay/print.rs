@@ -10,77 +10,18 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use serde::Serialize;
-use serde_json::value::RawValue;
-
 use crate::outbox::record::KafkaRecord;
-use crate::pg::timestamp::{from_unix_micros, to_rfc3339};
-
-/// A value embedded as JSON when it is JSON, else as a string.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Value<'a> {
-    Json(&'a RawValue),
-    Text(std::borrow::Cow<'a, str>),
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    table: &'a str,
-    topic: &'a str,
-    key: Option<std::borrow::Cow<'a, str>>,
-    headers: BTreeMap<&'a str, Option<std::borrow::Cow<'a, str>>>,
-    timestamp: String,
-    value: Option<Value<'a>>,
-}
-
-fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(bytes)
-}
-
-fn value(bytes: &[u8]) -> Value<'_> {
-    match std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| serde_json::from_str::<&RawValue>(s).ok())
-    {
-        Some(json) => Value::Json(json),
-        None => Value::Text(text(bytes)),
-    }
-}
+use crate::pipeline::shown::RecordLine;
 
 /// Write `record` of `table` as one JSON line, headers in the order the producer
 /// sends them (`id`, the placed columns, then the rest).
 pub fn write_record(table: &str, record: &KafkaRecord, out: &mut dyn Write) -> std::io::Result<()> {
-    let mut headers = BTreeMap::new();
-    headers.insert("id", record.id.as_deref().map(text));
-    for (name, v) in &record.placed {
-        headers.insert(&**name, v.as_deref().map(text));
-    }
-    for (name, v) in &record.headers {
-        headers.insert(*name, Some(text(v)));
-    }
-    let line = Line {
-        table,
-        topic: &record.topic,
-        key: record.key.as_deref().map(text),
-        headers,
-        timestamp: to_rfc3339(from_unix_micros(record.timestamp_ms.saturating_mul(1000))),
-        value: record.value.as_deref().map(value),
-    };
-    serde_json::to_writer(&mut *out, &line)?;
+    serde_json::to_writer(&mut *out, &RecordLine::new(table, record))?;
     out.write_all(b"\n")
 }
 
-/// A record Kafka did not take.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failed {
-    /// Its event id.
-    pub event_id: String,
-    /// Its topic.
-    pub topic: String,
-    /// Why.
-    pub reason: String,
-}
+/// A record Kafka did not take (listed by the deliverer).
+pub use crate::pipeline::deliver::Failed;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default)]

@@ -11,14 +11,13 @@ use std::collections::{HashMap, HashSet};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::invalid::{self, Origin};
+use crate::outbox::invalid::Origin;
 use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
 use crate::pg::lsn::Lsn;
 use crate::pg::names::TableName;
 use crate::pg::source::catalog::{self};
 use crate::pg::source::pgoutput::TupleData;
-use crate::pg::timestamp::to_unix_micros;
-use crate::pipeline::record::{self, Built, RowAt};
+use crate::pipeline::record::{self, Built};
 
 use super::deliver::{Ctx, Output};
 use super::table::{self, Bounds, TableColumns};
@@ -63,7 +62,10 @@ impl Reader<'_> {
         spec: &TableSpec,
         shutdown: &CancellationToken,
     ) -> Result<(), ReplayError> {
-        let cols = TableColumns::read(self.client, &spec.table).await?;
+        let cols = TableColumns::read(self.client, &spec.table)
+            .await?
+            .publication(self.client, &ctx.cfg.publication)
+            .await?;
         let relation = cols.relation();
         let mut tables = OutboxTables::new(vec![spec.clone()]);
         if let Err(missing) = tables.on_relation(&relation) {
@@ -142,34 +144,21 @@ impl Reader<'_> {
         tuple: &TupleData,
         ids: &HashMap<String, String>,
     ) -> Result<(), ReplayError> {
-        let (record, invalid, table) = match route {
-            RelationRoute::Outbox(table, mapping, template) => {
-                let event = mapping.event(tuple);
-                let id = event.id.as_deref().map(String::from_utf8_lossy);
-                if let Some(given) = id.and_then(|id| ids.get(id.as_ref())) {
-                    self.found.insert(given.clone());
-                }
-                let at = RowAt {
-                    table,
-                    lsn: Lsn::INVALID,
-                };
-                let found = (&**mapping, template);
-                match record::build(ctx.cfg, ctx.metrics, found, &event, self.started, at) {
-                    Built::Send(record) => return output.emit(ctx, record, origin(table)).await,
-                    Built::Poison(record, invalid) => (record, invalid, table),
-                }
-            }
-            RelationRoute::Unmapped(u) => {
-                let now_ms = to_unix_micros(self.started) / 1000;
-                let record = invalid::unmapped_row(&u.columns, u.id, tuple, now_ms);
-                (record, invalid::missing_column(&u.missing), &u.table)
-            }
-            RelationRoute::NotOutbox(_) => return Ok(()),
+        let lsn = Lsn::INVALID;
+        let built = record::row(ctx.cfg, ctx.metrics, route, tuple, self.started, lsn);
+        let Ok((table, built)) = built else {
+            return Ok(()); // not an outbox table: replay reads only the ones given
         };
-        let origin = origin(table);
-        match ctx.poison(invalid, &record, &origin)? {
-            Some(letter) => output.emit(ctx, letter, origin).await,
-            None => Ok(()),
+        let (Built::Send(record) | Built::Poison(record, _)) = &built;
+        let id = record.id.as_deref().map(String::from_utf8_lossy);
+        if let Some(given) = id.and_then(|id| ids.get(id.as_ref())) {
+            self.found.insert(given.clone());
+        }
+        match built {
+            Built::Send(record) => output.emit(ctx, record, origin(table)).await,
+            Built::Poison(record, invalid) => {
+                output.poison(ctx, invalid, record, origin(table)).await
+            }
         }
     }
 }

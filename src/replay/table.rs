@@ -5,7 +5,9 @@
 //!
 //! Invariants: values are read in text format with `DateStyle` ISO, the output
 //! functions pgoutput uses, so the mapping sees the same bytes as `run` (NULL stays
-//! NULL); generated columns are left out as pgoutput leaves them out; every
+//! NULL); generated columns are left out as pgoutput leaves them out, and so are
+//! the columns outside the publication's column list (PostgreSQL 15+), so replay
+//! sees the columns `run` sees (ordering and `--id` may still use any column); every
 //! identifier is quoted and every user value is a bind parameter cast to the
 //! column's own type (so `--id` uses the id column's index); rows come in the order
 //! of the timestamp column, then the id column (without a timestamp column, the id
@@ -42,8 +44,11 @@ pub struct TableColumns {
     pub table: TableName,
     /// Its oid (the relation id a Relation message would carry).
     pub oid: u32,
-    /// Name, type oid and SQL type name (`format_type`).
+    /// Name, type oid and SQL type name (`format_type`), every column.
     pub columns: Vec<(String, u32, String)>,
+    /// The publication's column list for the table (PostgreSQL 15+), when it has
+    /// one: only these columns reach `run`, so only these are read.
+    pub published: Option<Vec<String>>,
 }
 
 impl TableColumns {
@@ -73,7 +78,52 @@ impl TableColumns {
             table: table.clone(),
             oid,
             columns,
+            published: None,
         })
+    }
+
+    /// Keep to the columns `publication` publishes of the table (its column list,
+    /// PostgreSQL 15+), as pgoutput sends them to `run`: a mapped column left out
+    /// makes the rows `missing-column` poison here as there. A publication that
+    /// does not exist or does not list the table leaves every column (nothing to
+    /// compare with; `pgoutbox check` says so).
+    pub async fn publication(
+        mut self,
+        client: &Client,
+        publication: &str,
+    ) -> Result<Self, ReplayError> {
+        let failed = |e: &tokio_postgres::Error| {
+            query_failed(format!("reading publication {publication:?}"), e)
+        };
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .map_err(|e| failed(&e))?
+            .get(0);
+        if version < 150000 {
+            return Ok(self); // no column lists before PostgreSQL 15
+        }
+        let row = client
+            .query_opt(
+                "SELECT attnames::text[] FROM pg_publication_tables \
+                 WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&publication, &self.table.schema, &self.table.name],
+            )
+            .await
+            .map_err(|e| failed(&e))?;
+        self.published = row.and_then(|r| r.get(0));
+        Ok(self)
+    }
+
+    /// The columns `run` sees (all, or the publication's column list), in tuple
+    /// order.
+    fn seen(&self) -> impl Iterator<Item = &(String, u32, String)> {
+        self.columns
+            .iter()
+            .filter(|(name, _, _)| match &self.published {
+                Some(list) => list.iter().any(|p| p == name),
+                None => true,
+            })
     }
 
     /// The Relation message pgoutput would send for this table.
@@ -85,8 +135,7 @@ impl TableColumns {
             name: self.table.name.clone(),
             replica_identity: ReplicaIdentity::Default,
             columns: self
-                .columns
-                .iter()
+                .seen()
                 .map(|(name, type_oid, _)| RelationColumn {
                     flags: 0,
                     name: name.clone(),
@@ -131,7 +180,7 @@ pub fn declare(
             role: "id (--id-column)",
         })?;
     let ts_type = cols.type_of(&mapping.timestamp);
-    let list: Vec<String> = cols.columns.iter().map(|c| quote_ident(&c.0)).collect();
+    let list: Vec<String> = cols.seen().map(|c| quote_ident(&c.0)).collect();
     let (id, ts) = (quote_ident(&mapping.id), quote_ident(&mapping.timestamp));
     let mut filters: Vec<String> = Vec::new();
     let mut params: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
@@ -232,7 +281,26 @@ mod tests {
             table: TableName::parse("app.Outbox").unwrap(),
             oid: 42,
             columns,
+            published: None,
         }
+    }
+
+    #[test]
+    fn only_the_publications_column_list_is_read_and_described() {
+        let mut cols = outbox(true);
+        cols.published = Some(vec!["id".into(), "payload".into(), "created_at".into()]);
+        let names: Vec<String> = cols
+            .relation()
+            .columns
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["id", "payload", "created_at"]);
+        let (sql, _) = declare(&cols, &ColumnMapping::default(), &Bounds::default()).unwrap();
+        assert!(
+            sql.contains(r#"SELECT "id", "payload", "created_at" FROM"#),
+            "{sql}"
+        );
     }
 
     #[test]

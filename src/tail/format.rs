@@ -6,7 +6,9 @@
 //! `text` column) is emitted as a JSON string instead, so every line is valid JSON.
 //! An event whose topic `run` would refuse (a poison row of cause `invalid-topic`)
 //! is marked: `topic_invalid` says why (the key is absent otherwise), and the pretty
-//! block flags the topic line.
+//! block flags the topic line. `record` is the record `run` sends for the row, in
+//! `replay --dry-run`'s form ([`RecordLine`]), absent when it sends none; `poison`
+//! (`cause`, `reason`, `action`) is present for a poison row only.
 
 use std::io::Write;
 
@@ -14,10 +16,36 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::outbox::event::OutboxEvent;
+use crate::outbox::invalid::{Action, Invalid};
+use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::{is_valid_topic, TopicTemplate};
 use crate::pg::lsn::Lsn;
 use crate::pg::names::TableName;
 use crate::pg::timestamp::to_rfc3339;
+use crate::pipeline::shown::RecordLine;
+
+/// What `run` does with a row, as tail's record path works it out.
+pub enum Outcome<'a> {
+    /// Sends this record.
+    Send(&'a KafkaRecord),
+    /// A poison row: why, what `--on-invalid` does with it, and the dead letter
+    /// sent instead (`dlq`).
+    Poison {
+        invalid: &'a Invalid,
+        action: Action,
+        letter: Option<&'a KafkaRecord>,
+    },
+}
+
+impl<'a> Outcome<'a> {
+    /// The record `run` sends for the row, if any.
+    fn record(&self) -> Option<&'a KafkaRecord> {
+        match self {
+            Outcome::Send(record) => Some(record),
+            Outcome::Poison { letter, .. } => *letter,
+        }
+    }
+}
 
 /// Everything tail knows about one inserted outbox row.
 pub struct TailEvent<'a> {
@@ -37,6 +65,15 @@ pub struct TailEvent<'a> {
     pub event: &'a OutboxEvent,
     /// Template to compute the topic `run` would use.
     pub template: &'a TopicTemplate,
+    /// What `run` does with it.
+    pub outcome: Outcome<'a>,
+}
+
+#[derive(Serialize)]
+struct PoisonLine<'a> {
+    cause: &'static str,
+    reason: &'a str,
+    action: &'static str,
 }
 
 /// A payload either embedded as JSON or, when not JSON, as a string.
@@ -65,6 +102,13 @@ struct JsonLine<'a> {
     key: Option<&'a str>,
     created_at: Option<&'a str>,
     payload: Option<Payload<'a>>,
+    /// The record `run` sends (the dead letter for a dead-lettered poison row),
+    /// as `replay --dry-run` prints one; absent when it sends none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<RecordLine<'a>>,
+    /// The poison-row diagnosis, when the row is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    poison: Option<PoisonLine<'a>>,
 }
 
 fn text(value: &Option<bytes::Bytes>) -> Option<&str> {
@@ -110,12 +154,25 @@ fn payload<'a>(raw: Option<&'a str>) -> Option<Payload<'a>> {
 /// Write one JSON line.
 pub fn write_json(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<()> {
     let e = ev.event;
+    let table = ev.table.to_string();
+    let poison = match &ev.outcome {
+        Outcome::Send(_) => None,
+        Outcome::Poison {
+            invalid, action, ..
+        } => Some(PoisonLine {
+            cause: invalid.cause.name(),
+            reason: &invalid.reason,
+            action: action.name(),
+        }),
+    };
     let line = JsonLine {
+        record: ev.outcome.record().map(|r| RecordLine::new(&table, r)),
+        poison,
         lsn: ev.lsn.to_string(),
         commit_lsn: ev.commit_lsn.to_string(),
         xid: ev.xid,
         commit_time: to_rfc3339(ev.commit_time),
-        table: ev.table.to_string(),
+        table: table.clone(),
         op: ev.op,
         id: text(&e.id),
         aggregate_type: text(&e.aggregate_type),
@@ -152,6 +209,27 @@ pub fn write_pretty(ev: &TailEvent<'_>, out: &mut dyn Write) -> std::io::Result<
         Some(why) => writeln!(out, "  topic       {shown}  ✘ {why}")?,
     }
     writeln!(out, "  key         {}", or_null(text(&e.key)))?;
+    if let Outcome::Poison {
+        invalid,
+        action,
+        letter,
+    } = &ev.outcome
+    {
+        let to = letter
+            .map(|l| format!(" to {}", l.topic))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  poison      {} ({}): `run` would {}{to}",
+            invalid.cause.name(),
+            invalid.reason,
+            match action {
+                Action::Fail => "stop before it",
+                Action::Skip => "skip it",
+                _ => "dead-letter it",
+            }
+        )?;
+    }
     let body = match text(&e.payload) {
         Some(raw) => match serde_json::from_str::<serde_json::Value>(raw) {
             Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_else(|_| raw.to_owned()),
@@ -196,8 +274,10 @@ mod tests {
         ev.route_value = Some(Bytes::from_static(route.as_bytes()));
         let table = TableName::parse("public.outbox").unwrap();
         let template = TopicTemplate::default();
+        let record = KafkaRecord::from_event(&ev, &template, 0);
         let mut out = Vec::new();
         let tail = TailEvent {
+            outcome: Outcome::Send(&record),
             lsn: Lsn(0x10),
             commit_lsn: Lsn(0x20),
             xid: 7,

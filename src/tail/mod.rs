@@ -3,16 +3,26 @@
 //! ```text
 //!  catalog conn: the publication, or a temporary one (publication.rs) ─┐
 //!  replication conn: temporary slot (or --slot) ─ START_REPLICATION ─▶ Decoder
-//!      ─▶ Begin (xid, commit LSN/time) ─▶ Insert on an outbox table ─▶ ColumnMapping
-//!                                       └ outbox message (message.rs) ─┘
+//!      ─▶ Begin (xid, commit LSN/time) ─▶ Insert on an outbox table ─▶ record::row
+//!                                       └ outbox message (message.rs) ─▶ Messages::build
+//!      ─▶ poison row? record::decide (--on-invalid: fail │ skip │ dead letter)
 //!      ─▶ format (json │ pretty) ─▶ stdout, flushed at every commit
 //! ```
+//!
+//! Tail is `run`'s record path with a printing end: a row goes through the same
+//! [`record::row`] (mapping, topic, checks, trace context, converters, with the same
+//! `--on-invalid`, `--record-timestamp` and converter flags) and a poison row
+//! through the same diagnosis and policy ([`record::decide`]), so the `record` a
+//! line shows is what `run` sends (the dead letter for a dead-lettered row), and
+//! `poison` names the cause and the action. Only `too-large` is never shown: the
+//! broker's size limit decides it, and tail sees no broker.
 //!
 //! Invariants: tail never confirms an LSN — every status update carries `0/0`, so
 //! neither the temporary slot nor an existing `--slot` moves; events appear in commit
 //! order, only from committed transactions (pgoutput without `streaming` sends a
 //! transaction only after it committed, and never sends rolled-back subtransactions);
-//! a closed stdout (`| head`) ends tail quietly; tail leaves the database as it found
+//! a row of a table that lost a mapped column is shown as `run` sees it (poison,
+//! `missing-column`), not an error; a closed stdout (`| head`) ends tail quietly; tail leaves the database as it found
 //! it — the temporary slot ends with the connection, and a publication tail had to
 //! create is dropped however tail ends; one a killed tail left behind goes with the
 //! next tail or `teardown` (see `publication.rs`).
@@ -25,19 +35,25 @@ use std::io::Write;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::event::MissingColumn;
-use crate::outbox::tables::{OutboxTables, RelationRoute, TableSpec};
+use crate::metrics::Metrics;
+use crate::outbox::event::OutboxEvent;
+use crate::outbox::invalid::Origin;
+use crate::outbox::routing::TopicTemplate;
+use crate::outbox::tables::{OutboxTables, RelationRoute};
 use crate::pg::client::connection::PgError;
 use crate::pg::client::conninfo::ConnInfo;
 use crate::pg::lsn::Lsn;
 use crate::pg::source::catalog::{self, CatalogError};
-use crate::pg::source::pgoutput::{DecodeError, Decoder, PgOutputMessage};
+use crate::pg::source::pgoutput::{DecodeError, Decoder, PgOutputMessage, TupleData};
 use crate::pg::source::protocol::ReplicationMessage;
 use crate::pg::source::replication::ReplicationClient;
 use crate::pg::source::sql_client;
 use crate::pg::source::SourceConfig;
+use crate::pipeline::record::{self, Built};
+use crate::pipeline::relay::message::Messages;
+use crate::pipeline::PipelineConfig;
 
-pub use format::TailEvent;
+pub use format::{Outcome, TailEvent};
 pub use publication::{drop_leftovers, drop_sql, is_tail_name, leftovers};
 
 /// Settings of `pgoutbox tail`.
@@ -45,11 +61,10 @@ pub use publication::{drop_leftovers, drop_sql, is_tail_name, leftovers};
 pub struct TailConfig {
     /// The database, publication and outbox tables.
     pub source: SourceConfig,
-    /// One spec per outbox table (mapping and topic template, to show the topic
-    /// `run` would use).
-    pub tables: Vec<TableSpec>,
-    /// Logical decoding messages shown as events (`--message-prefix`).
-    pub messages: crate::pipeline::MessageConfig,
+    /// `run`'s record path: the outbox tables (mapping, topic template), the
+    /// logical decoding messages shown as events (`--message-prefix`), converters,
+    /// record time and poison policy, to show the record `run` would send.
+    pub pipeline: PipelineConfig,
     /// Output format.
     pub format: TailFormat,
     /// Stop after this many events.
@@ -85,9 +100,6 @@ pub enum TailError {
         #[source]
         source: DecodeError,
     },
-    /// The outbox table lacks a mapped column.
-    #[error(transparent)]
-    Mapping(#[from] MissingColumn),
     /// An Insert referenced a relation never described by a Relation message.
     #[error(
         "pgoutput Insert at {lsn} refers to unknown relation {relid} (no Relation message seen)"
@@ -171,7 +183,9 @@ async fn stream(
     let mut state = TailState {
         cfg,
         decoder: Decoder::new(),
-        tables: OutboxTables::new(cfg.tables.clone()),
+        tables: OutboxTables::new(cfg.pipeline.tables.clone()),
+        metrics: Metrics::default(),
+        messages: Messages::default(),
         txn: Txn::default(),
         printed: 0,
     };
@@ -230,6 +244,10 @@ struct TailState<'a> {
     cfg: &'a TailConfig,
     decoder: Decoder,
     tables: OutboxTables,
+    /// What the record path counts (tail exports no metrics).
+    metrics: Metrics,
+    /// Logical decoding messages' mappings, as the relay keeps them.
+    messages: Messages,
     txn: Txn,
     printed: u64,
 }
@@ -254,7 +272,10 @@ impl TailState<'_> {
                 };
             }
             PgOutputMessage::Relation(relation) => {
-                self.tables.on_relation(&relation)?;
+                if let Err(missing) = self.tables.on_relation(&relation) {
+                    // As `run`: its rows are poison (missing-column), shown as such.
+                    tracing::warn!(error = %missing, "outbox table no longer matches the column mapping; `run` handles its rows by --on-invalid missing-column");
+                }
                 if let Some(RelationRoute::NotOutbox(table)) = self.tables.route(relation.id) {
                     // `run` stops here; tail shows what it can and says what it skips.
                     tracing::warn!(
@@ -275,20 +296,9 @@ impl TailState<'_> {
                             lsn,
                             relid: insert.relation_id,
                         })?;
-                if let RelationRoute::Outbox(table, mapping, template) = route {
-                    let event = mapping.event(&insert.tuple);
-                    let line = TailEvent {
-                        lsn,
-                        commit_lsn: self.txn.commit_lsn,
-                        xid: self.txn.xid,
-                        commit_time: self.txn.commit_time,
-                        table,
-                        op: "insert",
-                        event: &event,
-                        template,
-                    };
-                    print(self.cfg, &mut self.printed, &line, out)?;
-                }
+                let printed = &mut self.printed;
+                let row = (route, &insert.tuple, lsn);
+                on_row(self.cfg, &self.metrics, self.txn, printed, row, out)?;
             }
             PgOutputMessage::Message(message) => self.on_message(&message, lsn, out)?,
             PgOutputMessage::Commit(_) => out.flush().map_err(TailError::Output)?,
@@ -298,4 +308,56 @@ impl TailState<'_> {
         }
         Ok(())
     }
+}
+
+/// One inserted row (of a table routed by `route`, at `lsn`): through `run`'s
+/// record path ([`record::row`]) and poison diagnosis ([`record::decide`]), then
+/// printed. The diagnosis is every cause that does not depend on the broker's
+/// limits (`too-large` is the broker's to find, and tail sees no broker).
+fn on_row(
+    cfg: &TailConfig,
+    metrics: &Metrics,
+    txn: Txn,
+    printed: &mut u64,
+    (route, tuple, lsn): (&RelationRoute, &TupleData, Lsn),
+    out: &mut dyn Write,
+) -> Result<(), TailError> {
+    let pipeline = &cfg.pipeline;
+    let built = record::row(pipeline, metrics, route, tuple, txn.commit_time, lsn);
+    let Ok((table, built)) = built else {
+        return Ok(()); // not an outbox table: warned about at its Relation
+    };
+    let unmapped = TopicTemplate::default();
+    let (event, template) = match route {
+        RelationRoute::Outbox(_, mapping, template) => (mapping.event(tuple), template),
+        _ => (OutboxEvent::default(), &unmapped),
+    };
+    let decided;
+    let outcome = match &built {
+        Built::Send(record) => Outcome::Send(record),
+        Built::Poison(record, invalid) => {
+            let origin = Origin {
+                table: Some(table.to_string()),
+                lsn: Some(lsn.to_string()),
+            };
+            decided = record::decide(pipeline, invalid, record, &origin);
+            Outcome::Poison {
+                invalid,
+                action: pipeline.invalid.action(invalid.cause),
+                letter: decided.as_ref().ok().and_then(Option::as_ref),
+            }
+        }
+    };
+    let line = TailEvent {
+        lsn,
+        commit_lsn: txn.commit_lsn,
+        xid: txn.xid,
+        commit_time: txn.commit_time,
+        table,
+        op: "insert",
+        event: &event,
+        template,
+        outcome,
+    };
+    print(cfg, printed, &line, out)
 }

@@ -20,7 +20,7 @@ impl Relay<'_> {
         // this a database whose only writes are heartbeats would see its slot move
         // only on the walsender's keepalives.
         if self.txn.is_none() && !message.transactional() {
-            self.tracker.confirm_idle(message.lsn);
+            self.deliver.confirm_idle(message.lsn);
         }
     }
 }

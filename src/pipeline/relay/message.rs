@@ -18,11 +18,11 @@
 //! line and a counter.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::{first, Relay};
+use super::Relay;
+use crate::metrics::Metrics;
 use crate::outbox::connect::EnvelopeCache;
 use crate::outbox::event::{ColumnMapping, ResolvedMapping};
 use crate::outbox::invalid::{Cause, Invalid, Origin};
@@ -34,6 +34,7 @@ use crate::pg::timestamp;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::record::{self, Built, RowAt};
 use crate::pipeline::sink::Sink;
+use crate::pipeline::PipelineConfig;
 
 /// Log a warning for the first ignored non-transactional message and then for
 /// every this-many (each one is counted in the metric).
@@ -90,9 +91,9 @@ impl MessageConfig {
     }
 }
 
-/// A session's message state.
+/// A session's message state (the relay's, and `tail`'s to show the same records).
 #[derive(Debug, Default)]
-pub(super) struct Messages {
+pub struct Messages {
     /// The field names of the last message and the mapping resolved for them
     /// (messages of one helper share their fields, so this resolves once).
     last: Option<(Vec<String>, Arc<ResolvedMapping>)>,
@@ -100,6 +101,47 @@ pub(super) struct Messages {
 }
 
 impl Messages {
+    /// What `message` (committed at `commit_time`) becomes: its record through a
+    /// row's path, or a poison event (`bad-message`, with the content as its
+    /// stand-in record; or a poison field's cause). Also returns what names its
+    /// source in logs and dead letters.
+    pub fn build(
+        &mut self,
+        cfg: &PipelineConfig,
+        metrics: &Metrics,
+        message: &LogicalMessage,
+        commit_time: i64,
+    ) -> (String, Built) {
+        let source = format!("message with prefix {:?}", message.prefix);
+        let payload = &cfg.messages.mapping.payload;
+        let parsed = MessageRow::parse(&message.content, &message.prefix, payload)
+            .and_then(|row| Ok((self.mapping(&row, &cfg.messages.mapping)?, row)));
+        let (mapping, row) = match parsed {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                let invalid = Invalid {
+                    cause: Cause::BadMessage,
+                    reason: err.to_string(),
+                };
+                let commit_ms = timestamp::to_unix_micros(commit_time).div_euclid(1000);
+                return (
+                    source,
+                    Built::Poison(stand_in(&message.content, commit_ms), invalid),
+                );
+            }
+        };
+        let event = mapping.event(&row.tuple);
+        let at = RowAt {
+            table: &source,
+            lsn: message.lsn,
+        };
+        let found = (&*mapping, &cfg.messages.template);
+        let mut built = record::build(cfg, metrics, found, &event, commit_time, at);
+        let (Built::Send(record) | Built::Poison(record, _)) = &mut built;
+        add_headers(record, row.headers);
+        (source, built)
+    }
+
     /// The mapping for `row`'s fields, from the cache when they did not change.
     fn mapping(
         &mut self,
@@ -155,9 +197,9 @@ impl Relay<'_> {
                 Ok(())
             }
             NonTransactional::Relay => {
-                let no = self.tracker.begin(timestamp::now_pg_micros());
+                let no = self.deliver.begin(timestamp::now_pg_micros());
                 let result = self.relay_message(sink, message, no, timestamp::now_pg_micros());
-                self.tracker.commit(no, message.lsn)?;
+                self.deliver.commit(no, message.lsn)?;
                 result
             }
         }
@@ -184,45 +226,26 @@ impl Relay<'_> {
         txn: u64,
         commit_time: i64,
     ) -> Result<(), PipelineError> {
-        let cfg = self.cfg;
-        let source = format!("message with prefix {:?}", message.prefix);
+        let (source, built) = self
+            .messages
+            .build(self.cfg, &self.metrics, message, commit_time);
         let origin = Origin {
             table: Some(source.clone()),
             lsn: Some(message.lsn.to_string()),
         };
-        let payload = &cfg.messages.mapping.payload;
-        let parsed = MessageRow::parse(&message.content, &message.prefix, payload)
-            .and_then(|row| Ok((self.messages.mapping(&row, &cfg.messages.mapping)?, row)));
-        let (mapping, row) = match parsed {
-            Ok(parsed) => parsed,
-            Err(err) => {
-                let invalid = Invalid {
-                    cause: Cause::BadMessage,
-                    reason: err.to_string(),
+        let at = (txn, message.lsn);
+        match built {
+            Built::Poison(record, invalid) => {
+                self.deliver.poison(sink, invalid, record, at, origin)
+            }
+            Built::Send(record) => {
+                let at = RowAt {
+                    table: &source,
+                    lsn: self.at,
                 };
-                let record = stand_in(&message.content, super::unix_ms(commit_time));
-                return self.poison(sink, invalid, record, txn, origin);
+                self.deliver.send(sink, record, txn, at)
             }
-        };
-        let event = mapping.event(&row.tuple);
-        let headers = row.headers;
-        let at = RowAt {
-            table: &source,
-            lsn: message.lsn,
-        };
-        let found = (&*mapping, &cfg.messages.template);
-        let mut record = match record::build(cfg, &self.metrics, found, &event, commit_time, at) {
-            Built::Poison(mut record, invalid) => {
-                add_headers(&mut record, headers);
-                return self.poison(sink, invalid, record, txn, origin);
-            }
-            Built::Send(record) => record,
-        };
-        add_headers(&mut record, headers);
-        let at = self.at;
-        self.watch
-            .sent(txn, Instant::now(), || first(&record, &source, at));
-        self.send(sink, record, txn, Origin::default())
+        }
     }
 }
 

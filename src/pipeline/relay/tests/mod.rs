@@ -17,9 +17,10 @@ use std::time::Duration;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::*;
-use crate::kafka::producer::RefusedRecord;
+use crate::kafka::producer::{DeliveryError, RefusedRecord, SendError};
 use crate::outbox::event::ColumnMapping;
 use crate::outbox::invalid::{header, InvalidPolicy};
+use crate::outbox::record::KafkaRecord;
 use crate::outbox::routing::TopicTemplate;
 use crate::outbox::tables::TableSpec;
 use crate::pg::names::TableName;
@@ -27,6 +28,7 @@ use crate::pg::source::pgoutput::encode::encode;
 use crate::pg::source::pgoutput::{
     Begin, ColumnValue, Commit, Relation, StreamStart, TupleData, Update,
 };
+use crate::pipeline::tag::DeliveryTag;
 
 const GENERATION: u16 = 3;
 const RELID: u32 = 16_384;
