@@ -137,25 +137,29 @@ fn notify_wakes_the_relay_long_before_the_poll_interval() {
     let db = replica_cluster().fresh_db();
     let broker = Broker::shared().addr();
     setup_poll(&db, &[]);
+    // A row written before the start makes the startup poll a batch whose end is
+    // observable (`batches_total 1` is counted after its commit); rows written after
+    // that can only be polled on a NOTIFY, an hour short of the interval.
+    insert(&db, &[("order", "k0", "0")]);
     let relay = start_relay(&poll_args(&db, &broker, &["--poll-interval", "1h"]));
-    // Give the first (startup) poll time to finish, then write: only a NOTIFY can
-    // wake the relay within the test's wait, an hour short of the interval.
-    wait_for("the startup poll", WAIT, || {
+    wait_for("the startup poll's batch committed", WAIT, || {
         http_get(&relay, "/metrics")
-            .contains("pgoutbox_poll_wakeups_total{cause=\"interval\"} 1")
+            .contains("pgoutbox_poll_batches_total 1\n")
             .then_some(())
     });
     insert(&db, &[("order", "k1", "1"), ("order", "k1", "2")]);
     let mut reader = Reader::new(&broker, &topics(&db, &["order"]));
-    reader.read_until("both records", WAIT, |r| r.len() >= 2);
-    let metrics = http_get(&relay, "/metrics");
+    reader.read_until("all three records", WAIT, |r| r.len() >= 3);
+    // The counters move after the batch's commit, which follows the acks.
+    let metrics = wait_for("the second batch counted", WAIT, || {
+        let m = http_get(&relay, "/metrics");
+        m.contains("pgoutbox_poll_rows_published_total 3\n")
+            .then_some(m)
+    });
     assert!(
-        metrics.contains("pgoutbox_poll_wakeups_total{cause=\"notify\"} 1"),
-        "one INSERT statement is one notification: {metrics}"
-    );
-    assert!(
-        metrics.contains("pgoutbox_poll_rows_published_total 2"),
-        "{metrics}"
+        metrics.contains("pgoutbox_poll_wakeups_total{cause=\"notify\"} 1\n")
+            && metrics.contains("pgoutbox_poll_wakeups_total{cause=\"interval\"} 1\n"),
+        "the startup poll, then one poll woken by the INSERT statement's notification: {metrics}"
     );
     wait_for("backlog gauge at 0", WAIT, || {
         http_get(&relay, "/metrics")
