@@ -160,5 +160,25 @@ async fn a_paused_consumer_of_large_rows_queues_at_most_the_bytes_budget() {
         "{}",
         stream.queued_bytes()
     );
+    // One row of 2 MiB: the read buffer grows for it (and is given back once it is
+    // parsed); the row arrives whole.
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('load', 'big', 'Large', jsonb_build_object('pad', repeat(md5('big'), 65536)))",
+    );
+    let big = loop {
+        let message = tokio::time::timeout_at(deadline, stream.recv())
+            .await
+            .expect("stream stalled on a 2 MiB row")
+            .expect("stream ended")
+            .expect("stream failed");
+        if let ReplicationMessage::XLogData { data, .. } = message {
+            let len = data.len();
+            if let PgOutputMessage::Insert(_) = decoder.decode(data).unwrap() {
+                break len;
+            }
+        }
+    };
+    assert!(big > 2 << 20, "the 2 MiB row arrived as {big} bytes");
     stream.close().await.unwrap();
 }

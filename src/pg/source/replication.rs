@@ -691,7 +691,7 @@ impl StreamTask {
             }
             self.pending.push_back(message);
         }
-        if self.read_buf.capacity() > READ_BUF_KEEP && self.read_buf.len() <= READ_CHUNK {
+        if oversized(&self.read_buf) {
             let mut smaller = BytesMut::with_capacity(READ_CHUNK);
             smaller.extend_from_slice(&self.read_buf);
             self.read_buf = smaller;
@@ -750,6 +750,18 @@ impl StreamTask {
         let _ = self.writer.shutdown().await;
         Ok(())
     }
+}
+
+/// Whether the read buffer grew past [`READ_BUF_KEEP`] for a large message that is
+/// parsed now: what is left (the start of the next frame, whose length the header
+/// may already tell) fits in [`READ_CHUNK`]. A large frame still arriving keeps it.
+fn oversized(buf: &BytesMut) -> bool {
+    let next_frame = match buf.get(..5) {
+        Some(head) => usize::try_from(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
+            .map_or(usize::MAX, |len| len.saturating_add(1)),
+        None => buf.len(),
+    };
+    buf.capacity() > READ_BUF_KEEP && buf.len() <= READ_CHUNK && next_frame <= READ_CHUNK
 }
 
 /// Hand the oldest parsed message over, counting it against the queue's budget.
@@ -814,6 +826,25 @@ mod tests {
             "25P01",
             "there is no transaction in progress"
         )));
+    }
+
+    #[test]
+    fn a_grown_read_buffer_is_given_back_once_its_large_frame_is_parsed() {
+        let frame_head = |len: u32| {
+            let mut b = BytesMut::with_capacity(2 * READ_BUF_KEEP);
+            b.extend_from_slice(b"d");
+            b.extend_from_slice(&len.to_be_bytes());
+            b
+        };
+        // The start of a small frame: give the large buffer back.
+        assert!(oversized(&frame_head(300)));
+        assert!(oversized(&BytesMut::with_capacity(2 * READ_BUF_KEEP)));
+        // A large frame still arriving keeps the buffer it needs.
+        assert!(!oversized(&frame_head(1 << 20)));
+        // A buffer of the usual size is kept whatever it holds.
+        let mut usual = BytesMut::with_capacity(READ_CHUNK);
+        usual.extend_from_slice(&[b'd', 0, 0, 1, 0]);
+        assert!(!oversized(&usual));
     }
 
     #[test]
