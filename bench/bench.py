@@ -38,7 +38,9 @@ measurement, for the same reason; ~10 s of JVM start each, outside every timing)
             broker's CPU per event; pg_recvlogical over the same WAL and the
             producer-only example over the same N topics as baselines.
   memory    pgoutbox peak RSS (VmHWM) draining MEM_ROWS rows as a backlog and as one
-            transaction.
+            transaction. `bench/run.sh memory` runs bench/memory.py's cases instead
+            (one-row backlogs of two sizes, one transaction, 100 KB rows, a paused
+            broker; variants side by side; --mem-gate: exit 1 past the bound).
   poll      `pgoutbox run --source poll` (issue 15) on its own table (pollrun.outbox,
             set up by `pgoutbox setup --source poll`): p50/p99 commit → ack at a fixed
             rate (default 1,000/s) with the NOTIFY trigger and interval-only (trigger
@@ -73,6 +75,7 @@ import tempfile
 import threading
 import time
 
+import memory  # bench/memory.py: the memory cases (issue 29)
 import wakeups  # bench/wakeups.py: per-thread counters from /proc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1432,16 +1435,18 @@ def run_modes(b, o, rates):
         b.poll_mode(o.rate, o.live_seconds, o.rows, o.reps)
     if o.mode == "messages":
         b.messages(o.rows, int(o.txn_sizes.split()[0]), o.reps)
+    if o.mode == "memory":
+        memory.Memory(b, o, Lines).run()
 
 
 def main():
     quick = os.environ.get("BENCH_QUICK") == "1"
     env = lambda name, default: type(default)(os.environ.get(name, default))
     ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
-    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages", "topics"])
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages", "topics", "memory"])
     ap.add_argument("args", nargs="*",
                     help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]; "
-                         "messages: [ROWS] [TXN_SIZE]; topics: [ROWS] [TOPIC_COUNTS]")
+                         "messages: [ROWS] [TXN_SIZE]; topics: [ROWS] [TOPIC_COUNTS]; memory: [ROWS] [CASES]")
     ap.add_argument("--broker", choices=["tansu", "kafka", "both"], default=os.environ.get("BENCH_BROKER", "both"),
                     help="the broker(s) measured: each mode runs once per broker, on a fresh broker per "
                          "Kafka-side measurement (default both: tansu, then Apache Kafka)")
@@ -1472,6 +1477,23 @@ def main():
     ap.add_argument("--mem-rows", type=int, default=env("BENCH_MEM_ROWS", 50_000 if quick else 1_000_000))
     ap.add_argument("--mem-txn", type=int, default=env("BENCH_MEM_TXN", 1),
                     help="transaction size of the memory backlog (default 1)")
+    ap.add_argument("--mem-small", type=int, default=env("BENCH_MEM_SMALL", 10_000 if quick else 100_000),
+                    help="memory mode: the smaller one-row backlog ROWS' peak is compared with (default 100000)")
+    ap.add_argument("--mem-large", type=int, default=env("BENCH_MEM_LARGE", 300 if quick else 3000),
+                    help="memory mode: one-row transactions of ~100 KB payloads in the large case (default 3000)")
+    ap.add_argument("--mem-cases", default=env("BENCH_MEM_CASES", "backlog single large outage"),
+                    help="memory mode: which cases (default 'backlog single large outage'; idle runs with large)")
+    ap.add_argument("--mem-reps", type=int, default=env("BENCH_MEM_REPS", 1 if quick else 2),
+                    help="memory mode: drains per case and variant (default 2; the table takes the highest peak)")
+    ap.add_argument("--mem-bound", type=float, default=env("BENCH_MEM_BOUND", 30.0),
+                    help="memory mode: peak RSS bound in MB for the one-row backlog and the single transaction")
+    ap.add_argument("--mem-outage", type=int, default=env("BENCH_MEM_OUTAGE", 5 if quick else 20),
+                    help="memory mode, outage case: seconds the broker is paused (default 20)")
+    ap.add_argument("--mem-variant", action="append", default=[],
+                    help="memory mode: NAME[:KEY=VALUE,...] a relay variant drained beside the others on "
+                         "the same WAL: extra environment, BIN=path for another build (repeatable)")
+    ap.add_argument("--mem-gate", action="store_true", default=os.environ.get("BENCH_MEM_GATE") == "1",
+                    help="memory mode: exit 1 when a target of the first variant is not met")
     ap.add_argument("--dir", default=os.environ.get("PGOUTBOX_BENCH_DIR", f"/tmp/pgoutbox-bench.{os.getpid()}"))
     o = ap.parse_args()
     if o.mode == "backlog":
@@ -1486,6 +1508,9 @@ def main():
         o.rows = int(o.args[0]) if o.args else o.rows
         o.txn_sizes = o.args[1] if len(o.args) > 1 else "10"
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
+    if o.mode == "memory":
+        o.mem_rows = int(o.args[0]) if o.args else o.mem_rows
+        o.mem_cases = o.args[1] if len(o.args) > 1 else o.mem_cases
     if o.mode == "live":
         o.rates = o.args[0] if o.args else o.rates
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
@@ -1524,6 +1549,8 @@ def main():
                   + (f", topics {o.rows} rows over {o.topic_counts}" if o.mode in ("all", "topics") else "")
                   + (f", relay B {o.relay_b}" if o.relay_b and o.mode in ("all", "live") else "")
                   + (f", messages vs rows: {o.rows} events, txn {o.txn_sizes}" if o.mode == "messages" else "")
+                  + (f", memory {o.mem_cases}: {o.mem_rows} and {o.mem_small} rows, {o.mem_large} large, "
+                     f"{o.mem_reps} rep(s), bound {o.mem_bound:g} MB" if o.mode == "memory" else "")
                   + (" (BENCH_QUICK)" if quick else ""))
         log(header)
         for broker in brokers:
@@ -1538,11 +1565,14 @@ def main():
         log(f"error: {error}")
     finally:
         b.cleanup()
+    gate_ok = True
     try:
         table = []
         for broker, res in per_broker.items():
+            mem_rows, ok = memory.rows_and_verdicts(res, o)
+            gate_ok = gate_ok and ok
             table += [(f"[{broker}] {r[0]}", *r[1:]) for r in
-                      build_table(res, (before or {}).get(broker)) + messages_table(res)]
+                      build_table(res, (before or {}).get(broker)) + messages_table(res) + mem_rows]
     except Exception as e:  # a partial run can lack figures the table compares
         table = []
         error = error or f"table: {type(e).__name__}: {e}"
@@ -1568,6 +1598,9 @@ def main():
     if error:
         print(f"INCOMPLETE: {error}")
         sys.exit(1)
+    if o.mode == "memory" and o.mem_gate:
+        print("memory gate: " + ("met" if gate_ok else "NOT met"))
+        sys.exit(0 if gate_ok else 1)
 
 
 if __name__ == "__main__":

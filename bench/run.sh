@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# pgoutbox benchmark harness (reported figures; never a pass/fail test).
+# pgoutbox benchmark harness (reported figures; never a pass/fail test, except the
+# memory mode's --mem-gate, which judges peak RSS only).
 #
 #   bench/run.sh [all] [--json PATH] [--rates R]  every figure of issues 6 and 16, one invocation
 #   bench/run.sh backlog [ROWS] [TXN_SIZES]       backlog drains only (default 200000 "1 10 100")
@@ -19,6 +20,14 @@
 #                                                 topics (default 200000 "1 100 1000"): drain time,
 #                                                 relay CPU µs/event by thread, broker CPU, against
 #                                                 pg_recvlogical and producer-only over the same topics
+#   bench/run.sh memory [ROWS] [CASES]            peak RSS (VmHWM) against the in-flight window
+#                                                 (issue 29, bench/memory.py): ROWS (1000000) and
+#                                                 --mem-small (100000) one-row transactions, one
+#                                                 ROWS-row transaction, 100 KB rows, a paused broker
+#                                                 (CASES, default "backlog single large outage");
+#                                                 --mem-gate exits 1 past --mem-bound (30 MB), the
+#                                                 one pass/fail here (memory, never timing);
+#                                                 --mem-variant NAME:BIN=…,ARG=…,ENV=… side by side
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Every mode runs once per broker: --broker tansu|kafka|both (BENCH_BROKER; default both,

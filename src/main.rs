@@ -419,13 +419,25 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let slot = validate_slot(&args.slot.name)?;
     loop {
         let status = pgoutbox::ops::status::status(&source.conninfo, &slot).await?;
+        // The relay's window and memory, from its /metrics (`--http-addr`).
+        let addr = (args.http_addr != "off").then_some(args.http_addr.as_str());
+        let relay = match addr {
+            Some(addr) => Some((addr, pgoutbox::ops::relay::read(addr).await)),
+            None => None,
+        };
         if args.json {
             let mut json = status.to_json();
             json["source"] = pgoutbox::ops::status::source_json(&source);
+            if let Some((addr, relay)) = &relay {
+                json["relay"] = relay.to_json(addr);
+            }
             print(&format!("{}\n", serde_json::to_string(&json)?))?;
         } else {
             print(&status.render())?;
             print(&pgoutbox::ops::status::source_line(&source))?;
+            if let Some((addr, relay)) = &relay {
+                print(&relay.render(addr))?;
+            }
         }
         let Some(every) = args.watch else {
             return status_verdict(&status);

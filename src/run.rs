@@ -186,6 +186,10 @@ fn not_authorized(cfg: &RunConfig, err: RunError) -> RunError {
 
 async fn run_relay(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
+    metrics.set_in_flight_limits(
+        cfg.pipeline.max_in_flight_records,
+        cfg.pipeline.max_in_flight_bytes,
+    );
     let mut tasks = Tasks::new();
     // Stops the helper tasks on shutdown and also when the relay ends on an error.
     let helpers = shutdown.child_token();

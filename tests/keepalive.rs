@@ -8,8 +8,8 @@ use std::time::Duration;
 use pgoutbox::pg::client::conninfo::ConnInfo;
 use pgoutbox::pg::source::pgoutput::{Decoder, PgOutputMessage};
 use pgoutbox::pg::source::protocol::ReplicationMessage;
-use pgoutbox::pg::source::replication::ReplicationClient;
-use support::{PgCluster, WAIT};
+use pgoutbox::pg::source::replication::{ReplicationClient, QUEUE_BYTES};
+use support::{wait_for, PgCluster, WAIT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_consumer_survives_a_two_second_wal_sender_timeout() {
@@ -103,5 +103,82 @@ async fn idle_stream_is_not_mistaken_for_a_dead_one() {
     eprintln!("idle 10 s with a 2 s receive timeout: {keepalives} keepalives");
     let after = db.psql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'idle'");
     assert_eq!(walsender, after, "the same walsender must still serve us");
+    stream.close().await.unwrap();
+}
+
+/// Issue 29: a paused consumer of 100 KB rows used to find up to 1,024 of them
+/// (100 MB) queued towards it, outside the relay's in-flight window. The queue stops
+/// at [`QUEUE_BYTES`] (plus the message that crossed it), and reading resumes the
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_consumer_of_large_rows_queues_at_most_the_bytes_budget() {
+    const ROWS: usize = 40;
+    const PAD: usize = 100_000;
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let info = ConnInfo::parse(&db.url()).unwrap();
+    let mut client = ReplicationClient::connect(&info).await.unwrap();
+    let start = client.create_logical_slot("large", true).await.unwrap();
+    let mut stream = client
+        .start_pgoutput("large", start, &["pgoutbox".to_owned()])
+        .await
+        .unwrap();
+    // 40 rows of ~100 KB (4 MB, four times the budget), one transaction each.
+    for i in 0..ROWS {
+        db.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('load', '{i}', 'Large', jsonb_build_object('pad', repeat(md5('{i}'), {})))",
+            PAD / 32
+        ));
+    }
+    wait_for("the queue to reach its bytes budget", WAIT, || {
+        (stream.queued_bytes() >= QUEUE_BYTES).then_some(())
+    });
+    let queued = stream.queued_bytes();
+    assert!(
+        queued < QUEUE_BYTES + PAD + 1024,
+        "{queued} bytes queued: more than the budget plus one row"
+    );
+
+    let mut decoder = Decoder::new();
+    let mut inserts = 0;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while inserts < ROWS {
+        let message = tokio::time::timeout_at(deadline, stream.recv())
+            .await
+            .expect("stream stalled: reading did not resume the queue")
+            .expect("stream ended")
+            .expect("stream failed");
+        if let ReplicationMessage::XLogData { data, .. } = message {
+            if let PgOutputMessage::Insert(_) = decoder.decode(data).unwrap() {
+                inserts += 1;
+            }
+        }
+    }
+    assert!(
+        stream.queued_bytes() < QUEUE_BYTES,
+        "{}",
+        stream.queued_bytes()
+    );
+    // One row of 2 MiB: the read buffer grows for it (and is given back once it is
+    // parsed); the row arrives whole.
+    db.psql(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('load', 'big', 'Large', jsonb_build_object('pad', repeat(md5('big'), 65536)))",
+    );
+    let big = loop {
+        let message = tokio::time::timeout_at(deadline, stream.recv())
+            .await
+            .expect("stream stalled on a 2 MiB row")
+            .expect("stream ended")
+            .expect("stream failed");
+        if let ReplicationMessage::XLogData { data, .. } = message {
+            let len = data.len();
+            if let PgOutputMessage::Insert(_) = decoder.decode(data).unwrap() {
+                break len;
+            }
+        }
+    };
+    assert!(big > 2 << 20, "the 2 MiB row arrived as {big} bytes");
     stream.close().await.unwrap();
 }

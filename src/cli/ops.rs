@@ -108,6 +108,17 @@ pub struct StatusArgs {
     /// Refresh every N seconds until interrupted.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
     pub watch: Option<u64>,
+
+    /// Where the relay serves /metrics (its `run --http-addr`, the same variable and
+    /// config key): status shows its in-flight window against the caps and its
+    /// memory; `off` leaves the relay out.
+    #[arg(
+        long,
+        env = "PGOUTBOX_HTTP_ADDR",
+        default_value = super::DEFAULT_HTTP_ADDR,
+        value_name = "ADDR:PORT|off"
+    )]
+    pub http_addr: String,
 }
 
 /// `pgoutbox teardown`.

@@ -82,6 +82,14 @@ pub const CONFIRMED_LSN: &str = "pgoutbox_confirmed_lsn";
 pub const IN_FLIGHT_RECORDS: &str = "pgoutbox_in_flight_records";
 /// Bytes of those records.
 pub const IN_FLIGHT_BYTES: &str = "pgoutbox_in_flight_bytes";
+/// The in-flight window's cap in records (`--max-in-flight`).
+pub const IN_FLIGHT_MAX_RECORDS: &str = "pgoutbox_in_flight_max_records";
+/// The in-flight window's cap in bytes (`--max-in-flight-bytes`).
+pub const IN_FLIGHT_MAX_BYTES: &str = "pgoutbox_in_flight_max_bytes";
+/// Resident memory of the process (the Prometheus clients' standard name).
+pub const RESIDENT_MEMORY: &str = "process_resident_memory_bytes";
+/// Its peak since the process started (`VmHWM`).
+pub const RESIDENT_MEMORY_PEAK: &str = "pgoutbox_resident_memory_peak_bytes";
 /// Replication sessions restarted after a transient error.
 pub const RECONNECTS: &str = "pgoutbox_reconnects_total";
 /// Non-transactional logical decoding messages with an outbox prefix, not relayed
@@ -139,6 +147,8 @@ pub struct Metrics {
     confirmed_lsn: AtomicU64,
     in_flight_records: AtomicU64,
     in_flight_bytes: AtomicU64,
+    in_flight_max_records: AtomicU64,
+    in_flight_max_bytes: AtomicU64,
     reconnects: AtomicU64,
     messages_ignored: AtomicU64,
     promotions_followed: AtomicU64,
@@ -272,6 +282,15 @@ impl Metrics {
         self.in_flight_records
             .store(records as u64, Ordering::Relaxed);
         self.in_flight_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The in-flight window's caps (what [`Metrics::set_in_flight`] is measured
+    /// against; memory follows them).
+    pub fn set_in_flight_limits(&self, records: usize, bytes: usize) {
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        self.in_flight_max_records
+            .store(n(records), Ordering::Relaxed);
+        self.in_flight_max_bytes.store(n(bytes), Ordering::Relaxed);
     }
 
     /// A session restarted.
@@ -473,6 +492,20 @@ impl Metrics {
             "gauge",
             "Bytes of records awaiting a Kafka ack.",
             self.in_flight_bytes.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            IN_FLIGHT_MAX_RECORDS,
+            "gauge",
+            "The in-flight window's cap in records (--max-in-flight): WAL is not read while this many await an ack.",
+            self.in_flight_max_records.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            IN_FLIGHT_MAX_BYTES,
+            "gauge",
+            "The in-flight window's cap in bytes (--max-in-flight-bytes): WAL is not read while this many await an ack.",
+            self.in_flight_max_bytes.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

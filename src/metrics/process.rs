@@ -1,6 +1,8 @@
 //! The standard `process_*` metrics of the Prometheus client libraries, read from
 //! `/proc/self` at each scrape: CPU seconds, resident and virtual memory, open and
-//! maximum file descriptors, start time.
+//! maximum file descriptors, start time; and one of ours beside them,
+//! `pgoutbox_resident_memory_peak_bytes` (`VmHWM`: the highest resident size the
+//! process ever had, which a scrape every 15 s would miss between two readings).
 //!
 //! Invariants: a file that cannot be read or parsed leaves its metrics out of the
 //! scrape instead of reporting a made-up value (nothing at all on systems without
@@ -22,6 +24,8 @@ pub(super) struct Sample {
     cpu_seconds: Option<f64>,
     /// Resident set size, bytes.
     resident_bytes: Option<u64>,
+    /// Its peak so far (`VmHWM`), bytes.
+    resident_peak_bytes: Option<u64>,
     /// Virtual memory size, bytes.
     virtual_bytes: Option<u64>,
     /// Open file descriptors.
@@ -46,9 +50,11 @@ impl Sample {
         let read = |path: &str| std::fs::read_to_string(path).ok();
         let stat = read("/proc/self/stat").and_then(|t| parse_stat(&t));
         let boot_time = read("/proc/stat").and_then(|t| parse_boot_time(&t));
+        let status = read("/proc/self/status");
         Sample {
             cpu_seconds: stat.as_ref().map(|s| s.cpu_ticks as f64 / USER_HZ),
-            resident_bytes: read("/proc/self/status").and_then(|t| parse_resident(&t)),
+            resident_bytes: status.as_deref().and_then(|t| parse_kb(t, "VmRSS:")),
+            resident_peak_bytes: status.as_deref().and_then(|t| parse_kb(t, "VmHWM:")),
             virtual_bytes: stat.as_ref().map(|s| s.virtual_bytes),
             open_fds: std::fs::read_dir("/proc/self/fd")
                 .ok()
@@ -79,10 +85,16 @@ impl Sample {
             float(self.cpu_seconds),
         );
         metric(
-            "process_resident_memory_bytes",
+            super::RESIDENT_MEMORY,
             "gauge",
             "Resident memory size in bytes.",
             text(self.resident_bytes),
+        );
+        metric(
+            super::RESIDENT_MEMORY_PEAK,
+            "gauge",
+            "Peak resident memory size (VmHWM) since the process started, in bytes.",
+            text(self.resident_peak_bytes),
         );
         metric(
             "process_virtual_memory_bytes",
@@ -118,6 +130,7 @@ impl Sample {
         Sample {
             cpu_seconds: Some(12.34),
             resident_bytes: Some(18_874_368),
+            resident_peak_bytes: Some(25_165_824),
             virtual_bytes: Some(104_857_600),
             open_fds: Some(17),
             max_fds: Some(1024),
@@ -148,9 +161,9 @@ fn parse_boot_time(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// `VmRSS` of `/proc/self/status`, in kB there.
-fn parse_resident(text: &str) -> Option<u64> {
-    let line = text.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+/// A size field of `/proc/self/status` (`VmRSS:`, `VmHWM:`), in kB there, as bytes.
+fn parse_kb(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(field))?;
     let kb: u64 = line.split_whitespace().next()?.parse().ok()?;
     kb.checked_mul(1024)
 }
@@ -186,9 +199,11 @@ mod tests {
 
     #[test]
     fn status_limits_and_boot_time() {
-        let status = "Name:\tpgoutbox\nVmSize:\t  102400 kB\nVmRSS:\t   18432 kB\n";
-        assert_eq!(parse_resident(status), Some(18_432 * 1024));
-        assert_eq!(parse_resident("Name:\tx\n"), None);
+        let status =
+            "Name:\tpgoutbox\nVmSize:\t  102400 kB\nVmHWM:\t   24576 kB\nVmRSS:\t   18432 kB\n";
+        assert_eq!(parse_kb(status, "VmRSS:"), Some(18_432 * 1024));
+        assert_eq!(parse_kb(status, "VmHWM:"), Some(24_576 * 1024));
+        assert_eq!(parse_kb("Name:\tx\n", "VmRSS:"), None);
         let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
                       Max open files            1024                 524288               files\n";
         assert_eq!(parse_max_fds(limits), Some(1024));
@@ -221,6 +236,12 @@ mod tests {
         let s = Sample::read();
         assert!(s.cpu_seconds.is_some_and(|c| c >= 0.0), "{s:?}");
         assert!(s.resident_bytes.is_some_and(|r| r > 0), "{s:?}");
+        assert!(
+            s.resident_peak_bytes
+                .zip(s.resident_bytes)
+                .is_some_and(|(peak, now)| peak >= now),
+            "{s:?}"
+        );
         assert!(s.open_fds.is_some_and(|n| n >= 3), "{s:?}");
         assert!(s.max_fds.is_some_and(|n| n > 0), "{s:?}");
         let now = std::time::SystemTime::now()

@@ -461,13 +461,15 @@ impl<'a> Deliverer<'a> {
     }
 }
 
-/// What names `record`, the first of its unit, in a stall report.
+/// What names `record`, the first of its unit, in a stall report. The event id is
+/// copied, not shared: the entry lives as long as its unit is in flight, and a
+/// shared slice would keep the whole buffer the row was read into alive with it.
 fn first(record: &KafkaRecord, table: &(impl std::fmt::Display + ?Sized), lsn: Lsn) -> RecordRef {
     RecordRef {
         topic: record.topic.clone(),
         table: table.to_string(),
         lsn,
-        event_id: record.id.clone(),
+        event_id: record.id.as_deref().map(Bytes::copy_from_slice),
     }
 }
 

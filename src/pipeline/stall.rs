@@ -19,7 +19,8 @@
 //! records keep being acked counts as moving until only the stuck ones are left.
 //!
 //! Invariants: entries are in transaction order, one per transaction that had a
-//! record sent, holding what names its first record (no payload); an entry leaves
+//! record sent, holding what names its first record (no payload, and nothing that
+//! shares a read buffer: the event id is its own copy); an entry leaves
 //! once its transaction has nothing in flight and is the oldest; time comes from
 //! the caller, so every rule here is unit tested without sleeping.
 

@@ -170,17 +170,22 @@ pub fn metric_in(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// GET `path` from the relay's HTTP endpoint (address taken from its startup log).
-pub fn http_get(relay: &Pgoutbox, path: &str) -> String {
-    use std::io::{Read, Write};
-    let addr = wait_for("the relay to log its metrics address", WAIT, || {
+/// The relay's HTTP endpoint, as its startup log gives it.
+pub fn http_addr(relay: &Pgoutbox) -> String {
+    wait_for("the relay to log its metrics address", WAIT, || {
         relay
             .stderr()
             .lines()
             .find(|l| l.contains("serving /metrics"))
             .and_then(|l| l.split("addr=").nth(1))
             .map(|a| a.split_whitespace().next().unwrap_or_default().to_owned())
-    });
+    })
+}
+
+/// GET `path` from the relay's HTTP endpoint (address taken from its startup log).
+pub fn http_get(relay: &Pgoutbox, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = http_addr(relay);
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
     let mut out = String::new();

@@ -86,7 +86,7 @@ pub(super) fn classify(key: &str, value: &str) -> (NoteKind, &'static str) {
         ),
         "max.batch.size" | "max.queue.size" | "max.queue.size.in.bytes" | "poll.interval.ms" => (
             Ignored,
-            "pgoutbox bounds memory with max_in_flight (records, default 50000) and \
+            "pgoutbox bounds memory with max_in_flight (records, default 10000) and \
                 max_in_flight_bytes (default 64 MiB)",
         ),
         "flush.lsn.source" if !is_true => (

@@ -37,9 +37,8 @@ pub const HOLD_BELOW: usize = 64 * 1024;
 
 /// Held records beyond which they are handed over even while a round is in
 /// flight: a backlog fills rounds faster than they are acked, and without a bound
-/// the sink would hold up to the relay's whole in-flight cap (50,000 records), each
-/// keeping alive the replication stream's read buffer its key and value point
-/// into. Live rounds stay far below it (tens to hundreds of records).
+/// the sink would hold up to the relay's whole in-flight cap (10,000 records by
+/// default). Live rounds stay far below it (tens to hundreds of records).
 pub const HELD_MAX: usize = 1000;
 
 /// The same bound in bytes ([`KafkaRecord::size`]): librdkafka's default
