@@ -46,7 +46,9 @@ fn of_run(err: &RunError) -> Status {
             Status::Poison
         }
         RunError::Safety(SafetyError::State(_) | SafetyError::Catalog(_)) => Status::Failure,
-        RunError::Safety(_) => Status::SlotSafety,
+        RunError::Safety(_) | RunError::Pipeline(PipelineError::PublicationChanged(_)) => {
+            Status::SlotSafety
+        }
         _ => Status::Failure,
     }
 }

@@ -46,9 +46,11 @@ use crate::pg::client::conninfo::{ConnInfo, TargetSessionAttrs};
 use crate::pg::lsn::Lsn;
 use crate::pg::source::catalog::{self, CatalogError};
 use crate::pg::source::failover;
+use crate::pg::source::publication_state;
 use crate::pg::source::replication::{ReplicationClient, SystemIdentity};
 use crate::pg::source::SourceConfig;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
+use crate::safety::publication::PublicationWatch;
 use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
 use crate::supervisor::{retry, supervise, Lines, Source};
 use crate::task::Tasks;
@@ -220,7 +222,11 @@ async fn relay(
         None => {
             let guard = open_guard(cfg)?;
             let create = guard.may_create()?;
-            retry(cfg.max_backoff, shutdown, || ensure_objects(cfg, create)).await?;
+            let watched = guard.watches_publication()?;
+            retry(cfg.max_backoff, shutdown, || {
+                ensure_objects(cfg, create, watched)
+            })
+            .await?;
             Some(guard)
         }
     };
@@ -384,14 +390,19 @@ fn open_guard(cfg: &RunConfig) -> Result<SlotGuard, SafetyError> {
 
 /// Create the publication and the slot when missing — only when `create` (no
 /// history with them, or `--accept-slot-reset`); otherwise an existing publication
-/// is still checked, and what is missing is reported by the slot-safety checks.
-async fn ensure_objects(cfg: &RunConfig, create: bool) -> Result<(), RunError> {
+/// is still checked (unless `watched`: the state file keeps a baseline of it, which
+/// the session's publication check compares), and what is missing is reported by
+/// the slot-safety checks.
+async fn ensure_objects(cfg: &RunConfig, create: bool, watched: bool) -> Result<(), RunError> {
     let client = catalog::connect(&cfg.source.conninfo).await?;
     catalog::require_logical_wal(&client).await?;
     if cfg.source.messages_only {
         catalog::require_messages(&client).await?;
     }
-    if create || catalog::publication_exists(&client, &cfg.source.publication).await? {
+    // With a recorded baseline the session's publication check judges a table
+    // missing from the publication (naming the change and the window) instead.
+    if create || (!watched && catalog::publication_exists(&client, &cfg.source.publication).await?)
+    {
         catalog::ensure_publication(&client, &cfg.source.publication, &cfg.source.tables).await?;
     }
     if create {
@@ -470,6 +481,17 @@ async fn session(
     let resume = guard
         .before_start(&catalog_client, &identity, info.as_ref())
         .await?;
+    // The publication as it is now against the state file's baseline, read before
+    // the stream starts (messages-only: no table to lose).
+    let baseline = match cfg.source.tables.is_empty() {
+        true => None,
+        false => {
+            let tables = &cfg.source.tables;
+            let observed =
+                publication_state::read(&catalog_client, &cfg.source.publication, tables).await?;
+            Some(guard.publication_start(&identity, &observed, tables)?)
+        }
+    };
     let info = info.ok_or_else(|| CatalogError::MissingSlot {
         slot: cfg.slot.clone(),
     })?;
@@ -490,7 +512,21 @@ async fn session(
         .unwrap_or(Lsn::INVALID);
     let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
     let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
-    drop(catalog_client);
+    let watch = match baseline {
+        Some(baseline) => {
+            checkpoint
+                .record_publication(baseline.clone())
+                .await
+                .map_err(SafetyError::from)?;
+            Some(PublicationWatch::new(
+                Arc::new(catalog_client),
+                &cfg.source.publication,
+                &cfg.source.tables,
+                baseline,
+            ))
+        }
+        None => None,
+    };
     log_start(cfg, &identity, &resume, slot_lsn, metrics);
     Session::new(
         &pipeline,
@@ -501,6 +537,7 @@ async fn session(
         checkpoint,
     )
     .resuming_from(resume.start_lsn().max(slot_lsn))
+    .watching(watch)
     .run(shutdown.clone())
     .await
     .map_err(|e| match e {

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::pg::lsn::Lsn;
+use crate::pg::source::publication_state::Baseline;
 
 /// The format version written into every file.
 const VERSION: u32 = 1;
@@ -100,6 +101,11 @@ pub struct SlotState {
     /// The last LSN this relay confirmed (or was about to confirm) to the server.
     #[serde(with = "lsn_text")]
     pub confirmed_lsn: Lsn,
+    /// The publication as last found unchanged, and the WAL it vouches for
+    /// ([`crate::safety::publication`]); `None` in files written before it was
+    /// kept (the next start records it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publication: Option<Baseline>,
 }
 
 mod lsn_text {
@@ -133,6 +139,7 @@ impl SlotState {
             database: database.to_owned(),
             slot: slot.to_owned(),
             confirmed_lsn,
+            publication: None,
         }
     }
 
@@ -374,6 +381,41 @@ impl Checkpoint {
         Some(guard.state.confirmed_lsn)
     }
 
+    /// Write the publication baseline now (a session's start), with the rest of
+    /// the state. Nothing when disabled.
+    pub async fn record_publication(&self, baseline: Baseline) -> Result<(), StateError> {
+        let Some(inner) = self.inner.clone() else {
+            return Ok(());
+        };
+        let path = inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .file
+            .path
+            .clone();
+        let write = move || {
+            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = guard.state.clone();
+            next.publication = Some(baseline);
+            guard.file.write(&next)?;
+            guard.state = next;
+            Ok(())
+        };
+        blocking(write, path).await
+    }
+
+    /// Keep the publication baseline for the next write (a reading during a
+    /// session: written with the next persisted LSN, not on its own).
+    pub fn keep_publication(&self, baseline: Baseline) {
+        if let Some(inner) = &self.inner {
+            inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .state
+                .publication = Some(baseline);
+        }
+    }
+
     /// Make sure `lsn` is covered by what is on disk: write it unless the file already
     /// holds `lsn` or more. The write (fsyncs included) runs on a blocking thread.
     /// Returns once it is durable; on error nothing may be confirmed.
@@ -396,14 +438,22 @@ impl Checkpoint {
             guard.state = next;
             Ok(())
         };
-        match tokio::task::spawn_blocking(write).await {
-            Ok(result) => result,
-            // The blocking task panicked or the runtime is shutting down: not durable.
-            Err(join) => Err(StateError::Write {
-                path,
-                error: std::io::Error::other(join.to_string()),
-            }),
-        }
+        blocking(write, path).await
+    }
+}
+
+/// Run a file write on a blocking thread and wait for it.
+async fn blocking(
+    write: impl FnOnce() -> Result<(), StateError> + Send + 'static,
+    path: PathBuf,
+) -> Result<(), StateError> {
+    match tokio::task::spawn_blocking(write).await {
+        Ok(result) => result,
+        // The blocking task panicked or the runtime is shutting down: not durable.
+        Err(join) => Err(StateError::Write {
+            path,
+            error: std::io::Error::other(join.to_string()),
+        }),
     }
 }
 

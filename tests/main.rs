@@ -27,6 +27,7 @@ mod heartbeat;
 mod keepalive;
 mod logs;
 mod messages;
+mod migrations;
 mod mock_kafka;
 mod network;
 mod ops;

@@ -194,6 +194,15 @@ pub struct RunArgs {
     /// has no environment twin, so it is never left on in a service's settings.
     #[arg(long)]
     pub accept_slot_reset: bool,
+
+    /// Start even though the publication stopped covering the outbox since the
+    /// relay last checked it (an outbox table dropped from it or re-created, its
+    /// row filter or publish actions changed, the publication re-created): take it
+    /// as it is now. Only after the publication was fixed and the rows of the window
+    /// the stop named were re-published with `pgoutbox replay`. Applies to this start
+    /// only; deliberately has no environment twin.
+    #[arg(long)]
+    pub accept_publication_change: bool,
 }
 
 /// `pgoutbox replay`.

@@ -106,6 +106,9 @@ pub const PRODUCER_CONNECTED: &str = "pgoutbox_producer_connected";
 pub const OLDEST_IN_FLIGHT_AGE: &str = "pgoutbox_oldest_in_flight_age_seconds";
 /// Sessions ended because the oldest in-flight record got no ack (`--stall-timeout`).
 pub const STALLS: &str = "pgoutbox_stalls_total";
+/// Changes of the publication that stopped it covering the outbox, seen by the
+/// publication watch (each stops the relay).
+pub const PUBLICATION_CHANGES: &str = "pgoutbox_publication_changes_total";
 /// librdkafka client errors and warnings, logged or not (an outage logs few lines).
 pub const KAFKA_CLIENT_ERRORS: &str = "pgoutbox_kafka_client_errors_total";
 /// Round trip of the last heartbeat seen: emitted → back through the stream.
@@ -160,6 +163,9 @@ pub struct Metrics {
     /// Set from a stall until the next ack; `stall` holds why, for `/readyz`.
     stalled: AtomicBool,
     stall: Mutex<String>,
+    publication_changes: AtomicU64,
+    /// The last publication change seen, for `/readyz` (not ready from then on).
+    publication_change: Mutex<Option<String>>,
     /// A [`Role`] as its number.
     role: AtomicU8,
     /// The end-to-end heartbeat ([`crate::heartbeat`]).
@@ -330,6 +336,16 @@ impl Metrics {
         self.oldest_in_flight_age_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// The publication stopped covering the outbox (`why`): counted, and not ready
+    /// from now on (the relay stops).
+    pub fn publication_changed(&self, why: String) {
+        self.publication_changes.fetch_add(1, Ordering::Relaxed);
+        *self
+            .publication_change
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
     /// A stall was detected: not ready (with `why`) until the next ack. Returns
     /// whether a stall begins here: `false` when the relay is still stalled since
     /// an earlier one (no ack in between), so the caller says so only once.
@@ -371,6 +387,11 @@ impl Metrics {
             producer: self.producer_connected.load(Ordering::Relaxed),
             stalled,
             heartbeat: self.heartbeat.health_line(),
+            publication_change: self
+                .publication_change
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -560,6 +581,13 @@ impl Metrics {
             "counter",
             "Sessions ended because the oldest in-flight record got no ack within --stall-timeout (the producer was replaced, the session resumed from the slot).",
             self.stalls.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            PUBLICATION_CHANGES,
+            "counter",
+            "Changes of the publication that stopped it covering the outbox (a table dropped from it or re-created, inserts or a row filter changed), seen by the publication watch; each stops the relay.",
+            self.publication_changes.load(Ordering::Relaxed),
         );
         self.render_heartbeat(&mut out, scrape);
         self.poll.render(&mut out);

@@ -62,6 +62,8 @@ pub(super) struct Health {
     /// The heartbeat's line while it is on, and whether it is stale (an active
     /// relay is not ready meanwhile).
     pub(super) heartbeat: Option<(String, bool)>,
+    /// The publication change that stops the relay: not ready from then on.
+    pub(super) publication_change: Option<String>,
 }
 
 impl Health {
@@ -70,7 +72,11 @@ impl Health {
         match self.role {
             Role::Active => {
                 let stale = self.heartbeat.as_ref().is_some_and(|(_, stale)| *stale);
-                self.replication && self.producer && self.stalled.is_none() && !stale
+                self.replication
+                    && self.producer
+                    && self.stalled.is_none()
+                    && !stale
+                    && self.publication_change.is_none()
             }
             Role::Standby => self.producer,
             Role::Connecting => false,
@@ -88,13 +94,17 @@ impl Health {
             Some(why) => format!("stalled: {why}\n"),
             None => String::new(),
         };
+        let change = match &self.publication_change {
+            Some(why) => format!("publication changed: {why}\n"),
+            None => String::new(),
+        };
         // A standby has no stream, so no heartbeat of its own to judge.
         let heartbeat = match (&self.heartbeat, self.role) {
             (Some((line, _)), Role::Active) => format!("{line}\n"),
             _ => String::new(),
         };
         format!(
-            "role: {}\nreplication: {replication}\nproducer: {}\n{stall}{heartbeat}",
+            "role: {}\nreplication: {replication}\nproducer: {}\n{stall}{change}{heartbeat}",
             self.role.name(),
             up(self.producer)
         )
@@ -112,6 +122,7 @@ mod tests {
             producer,
             stalled: None,
             heartbeat: None,
+            publication_change: None,
         }
     }
 

@@ -123,6 +123,23 @@ fn a_stall_is_not_ready_until_the_next_ack_and_is_counted() {
 }
 
 #[test]
+fn a_publication_change_is_counted_and_never_ready_again() {
+    let m = Metrics::default();
+    m.set_role(Role::Active);
+    m.set_replication_connected(true);
+    m.set_producer_connected(true);
+    assert!(m.ready());
+    m.publication_changed("outbox table \"public\".\"outbox\" was removed".into());
+    assert!(!m.ready());
+    assert!(m.readiness().contains("publication changed: outbox table"));
+    m.acked();
+    assert!(!m.ready(), "an ack does not clear it: the relay stops");
+    assert!(m
+        .render()
+        .contains("pgoutbox_publication_changes_total 1\n"));
+}
+
+#[test]
 fn renders_role_build_info_and_process() {
     let m = Metrics::default();
     m.set_role(Role::Standby);
@@ -193,6 +210,7 @@ fn exposition_is_the_golden_text() {
     m.set_producer_connected(false);
     m.set_oldest_in_flight_age(Duration::from_millis(2_250));
     m.stalled("no kafka ack".into());
+    m.publication_changed("outbox table dropped".into());
     m.set_role(Role::Active);
     m.heartbeat.sent();
     m.heartbeat.sent();

@@ -65,6 +65,15 @@ pub enum PipelineError {
     /// The confirmed LSN could not be persisted, so it is not confirmed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The publication watch could not read the catalog; nothing past what it
+    /// vouched for was confirmed.
+    #[error(
+        "the publication watch could not read the catalog ({0}); a new session reads it again"
+    )]
+    Watch(#[source] crate::safety::publication::WatchError),
+    /// The publication stopped covering the outbox.
+    #[error(transparent)]
+    PublicationChanged(Box<crate::safety::publication::PublicationChanged>),
 }
 
 impl PipelineError {
@@ -75,6 +84,7 @@ impl PipelineError {
             PipelineError::StreamClosed => true,
             PipelineError::Delivery(e) => !e.permanent,
             PipelineError::Stalled(_) => true,
+            PipelineError::Watch(e) => e.is_transient(),
             _ => false,
         }
     }

@@ -28,7 +28,16 @@ use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
 use crate::pg::source::protocol::ReplicationMessage;
 use crate::pg::source::replication::ReplicationStream;
+use crate::safety::publication::{PublicationChanged, PublicationWatch, Reading, WatchError};
 use crate::state::Checkpoint;
+
+/// The watch's reading in progress (pending without a watch).
+async fn finished(watch: &mut Option<PublicationWatch>) -> Result<Reading, WatchError> {
+    match watch {
+        Some(watch) => watch.finished().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// What woke the loop.
 enum Step {
@@ -37,6 +46,7 @@ enum Step {
     Tick,
     Wal(Option<Result<ReplicationMessage, PgError>>),
     Progress,
+    Watch(Result<Reading, WatchError>),
 }
 
 /// How a session's loop ended without an error.
@@ -64,6 +74,14 @@ pub struct Session<'a> {
     checkpoint: Checkpoint,
     /// Something the gauges show changed since the last status tick.
     gauges_stale: bool,
+    /// The publication watch: the slot is confirmed only as far as it vouched for
+    /// (`None`: messages only, or a test without one).
+    watch: Option<PublicationWatch>,
+    /// The last LSN persisted (everything before it acked), which the server is
+    /// told once the watch vouched for it.
+    delivered: Lsn,
+    /// The last LSN sent to the server as confirmed.
+    server_confirmed: Lsn,
 }
 
 impl<'a> Session<'a> {
@@ -89,7 +107,17 @@ impl<'a> Session<'a> {
             stream,
             checkpoint,
             gauges_stale: true,
+            watch: None,
+            delivered: Lsn::INVALID,
+            server_confirmed: Lsn::INVALID,
         }
+    }
+
+    /// Confirm to the server only what `watch` vouched for (see
+    /// [`crate::safety::publication`]); the state file still follows every ack.
+    pub fn watching(mut self, watch: Option<PublicationWatch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     /// The slot's `confirmed_flush_lsn` when the stream started: what the server
@@ -102,7 +130,7 @@ impl<'a> Session<'a> {
 
     /// Run until shutdown (then drain, flush, confirm, close) or an error.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
-        let result = self.run_loop(shutdown).await;
+        let mut result = self.run_loop(shutdown).await;
         self.metrics.set_replication_connected(false);
         if let Ok(End::Drained { deadline }) = result {
             self.flush(deadline);
@@ -113,8 +141,13 @@ impl<'a> Session<'a> {
         let confirmed = self.relay.confirmed();
         match self.checkpoint.persist(confirmed).await {
             Ok(()) => {
-                stats.confirmed = confirmed;
-                self.stream.confirm(confirmed);
+                self.delivered = self.delivered.max(confirmed);
+                let (vouched, finding) = self.vouch_at_end(&result).await;
+                if let (Some(finding), true) = (finding, result.is_ok()) {
+                    result = Err(finding);
+                }
+                stats.confirmed = vouched;
+                self.stream.confirm(vouched);
             }
             Err(err) => {
                 tracing::error!(error = %crate::report::Report(&err), lsn = %confirmed, "not confirming")
@@ -138,6 +171,7 @@ impl<'a> Session<'a> {
             }
             let can_read = self.relay.can_read();
             let ticking = drain_deadline.is_some() || self.has_tick_work();
+            let reading = self.watch.as_ref().is_some_and(PublicationWatch::reading);
             let step = tokio::select! {
                 biased;
                 // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
@@ -151,6 +185,8 @@ impl<'a> Session<'a> {
                 message = self.stream.recv(), if can_read => Step::Wal(message),
                 // PRIORITY 5: a periodic progress line for operators.
                 _ = progress.tick() => Step::Progress,
+                // PRIORITY 6: the publication watch's reading came back.
+                reading = finished(&mut self.watch), if reading => Step::Watch(reading),
             };
             match step {
                 Step::Shutdown => {
@@ -172,6 +208,7 @@ impl<'a> Session<'a> {
                 Step::Progress => progress::log(&self.relay),
                 Step::Wal(Some(Err(err))) => return Err(err.into()),
                 Step::Wal(Some(Ok(message))) => self.on_wal_batch(message)?,
+                Step::Watch(reading) => self.on_reading(reading)?,
             }
         }
     }
@@ -182,6 +219,7 @@ impl<'a> Session<'a> {
     /// says something, not ten times a second.
     fn has_tick_work(&self) -> bool {
         self.gauges_stale
+            || self.server_confirmed < self.delivered
             || self.relay.tracker().in_flight_records() > 0
             || self.relay.waiting_for_queue()
             || self.relay.to_report().is_some()
@@ -232,10 +270,10 @@ impl<'a> Session<'a> {
     async fn report_status(&mut self) -> Result<(), PipelineError> {
         if let Some(lsn) = self.relay.to_report() {
             self.checkpoint.persist(lsn).await?;
-            self.stream.confirm(lsn);
-            self.stream.send_status_now();
+            self.delivered = lsn;
             self.relay.reported(lsn);
         }
+        self.confirm_vouched();
         self.gauges_stale = false;
         let tracker = self.relay.tracker();
         self.metrics
@@ -245,6 +283,79 @@ impl<'a> Session<'a> {
         self.metrics
             .set_slot(confirmed.0, wal_end.bytes_since(confirmed));
         Ok(())
+    }
+
+    /// Tell the server what is persisted and vouched for; ask the watch for a
+    /// reading when the persisted position is past what it vouched for.
+    fn confirm_vouched(&mut self) {
+        let lsn = match &mut self.watch {
+            Some(watch) => {
+                watch.want(self.delivered, std::time::Instant::now());
+                self.delivered.min(watch.vouched())
+            }
+            None => self.delivered,
+        };
+        if lsn > self.server_confirmed {
+            self.stream.confirm(lsn);
+            self.stream.send_status_now();
+            self.server_confirmed = lsn;
+        }
+    }
+
+    /// A reading of the publication came back: confirm what it vouched for, or
+    /// stop on a change (counted, `/readyz`), or end the session on a failed
+    /// reading (a new session reconnects and reads again).
+    fn on_reading(&mut self, reading: Result<Reading, WatchError>) -> Result<(), PipelineError> {
+        match reading {
+            Ok(Reading::Vouched(baseline)) => {
+                self.checkpoint.keep_publication(baseline);
+                self.confirm_vouched();
+                Ok(())
+            }
+            Ok(Reading::Changed(changed)) => Err(self.changed(changed)),
+            Err(err) => Err(PipelineError::Watch(err)),
+        }
+    }
+
+    /// The finding, said and counted.
+    fn changed(&self, changed: Box<PublicationChanged>) -> PipelineError {
+        self.metrics.publication_changed(changed.to_string());
+        tracing::error!(
+            publication = %changed.publication,
+            since_lsn = %changed.since_lsn,
+            until_lsn = %changed.until_lsn,
+            "{changed}"
+        );
+        PipelineError::PublicationChanged(changed)
+    }
+
+    /// At the end of a session, what the server may be told: the persisted
+    /// position once one more reading vouched for it (a session ending on a change
+    /// or a failed reading gets no reading, only what was vouched already).
+    async fn vouch_at_end(
+        &mut self,
+        result: &Result<End, PipelineError>,
+    ) -> (Lsn, Option<PipelineError>) {
+        let Some(watch) = &mut self.watch else {
+            return (self.delivered, None);
+        };
+        let mut finding = None;
+        let readable = match result {
+            Ok(_) => true,
+            Err(PipelineError::Watch(_) | PipelineError::PublicationChanged(_)) => false,
+            Err(err) => err.is_transient(),
+        };
+        if readable && self.delivered > watch.vouched() {
+            match watch.read_now().await {
+                Ok(Reading::Vouched(baseline)) => self.checkpoint.keep_publication(baseline),
+                Ok(Reading::Changed(changed)) => finding = Some(changed),
+                Err(err) => {
+                    tracing::warn!(error = %crate::report::Report(&err), "could not read the publication at the end of the session; the slot stays at the position last vouched for")
+                }
+            }
+        }
+        let vouched = self.delivered.min(watch.vouched());
+        (vouched, finding.map(|changed| self.changed(changed)))
     }
 
     /// End the session when the oldest in-flight record went `--stall-timeout`

@@ -18,6 +18,9 @@ pub enum SafetyError {
     /// A catalog query failed.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// The publication stopped covering the outbox (a DDL behind the relay's back).
+    #[error(transparent)]
+    PublicationChanged(Box<super::publication::PublicationChanged>),
     /// The slot is ahead of the state file.
     #[error("replication slot \"{slot}\" is at {slot_lsn}, ahead of {persisted}, the last position this relay confirmed (state file {path}): it was advanced (pg_replication_slot_advance) or dropped and re-created behind the relay's back, so events committed between {persisted} and {slot_lsn} may never have been relayed; fix: {republish}, then start once with --accept-slot-reset; or accept the gap: start once with --accept-slot-reset")]
     SlotAdvanced {

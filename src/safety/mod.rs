@@ -34,6 +34,7 @@
 //! ([`SafetyError`]), [`resume`] where a session starts, `tests.rs` their unit tests.
 
 mod error;
+pub mod publication;
 pub mod resume;
 #[cfg(test)]
 mod tests;
@@ -44,7 +45,9 @@ use tokio_postgres::Client;
 
 use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
+use crate::pg::names::TableName;
 use crate::pg::source::catalog::{self, SlotInfo};
+use crate::pg::source::publication_state::{Baseline, Observed};
 use crate::pg::source::replication::SystemIdentity;
 use crate::state::{Checkpoint, SlotState, StateError, StateFile};
 
@@ -63,6 +66,8 @@ pub struct SafetyConfig {
     pub state_dir: Option<PathBuf>,
     /// `--accept-slot-reset`: go past one finding at this start.
     pub accept_slot_reset: bool,
+    /// `--accept-publication-change`: adopt the publication as it is at this start.
+    pub accept_publication_change: bool,
 }
 
 /// The checks of one `run` process; keeps what must survive reconnects.
@@ -75,6 +80,8 @@ pub struct SlotGuard {
     publication: String,
     /// `--accept-slot-reset`, until the first session starts.
     accept_reset: bool,
+    /// `--accept-publication-change`, until a start used it.
+    accept_publication: bool,
     /// The slot was held by another process since the last session started.
     stood_by: bool,
     /// How to re-publish events, for messages.
@@ -111,6 +118,7 @@ impl SlotGuard {
             database: database.to_owned(),
             publication: publication.to_owned(),
             accept_reset: cfg.accept_slot_reset,
+            accept_publication: cfg.accept_publication_change,
             stood_by: false,
             republish: Box::from(format!(
                 "re-publish the missed events from the outbox table if they are still there (keeping their ids: WITH r AS (DELETE FROM {table} WHERE {timestamp_column} >= '<time of the last event seen in Kafka>' RETURNING *) INSERT INTO {table} SELECT * FROM r; see \"Slot safety\" in the README)"
@@ -132,6 +140,12 @@ impl SlotGuard {
     /// operator passed `--accept-slot-reset`.
     pub fn may_create(&self) -> Result<bool, SafetyError> {
         Ok(self.accept_reset || self.recorded()?.is_none())
+    }
+
+    /// Whether the state file keeps a publication baseline (the session's check
+    /// then judges the publication against it).
+    pub fn watches_publication(&self) -> Result<bool, SafetyError> {
+        Ok(!self.accept_reset && self.recorded()?.is_some_and(|s| s.publication.is_some()))
     }
 
     /// START_REPLICATION found the slot held by another process: this relay stands
@@ -241,6 +255,39 @@ impl SlotGuard {
                 path,
                 republish: self.republish.clone(),
             },
+        }
+    }
+
+    /// The publication check of a start, before START_REPLICATION: `observed`
+    /// compared with the baseline the state file keeps ([`publication`]). Returns
+    /// the session's baseline: `observed` (or the recorded one with what is
+    /// harmless adopted); a change stops the relay unless
+    /// `--accept-publication-change` adopts it, once.
+    pub fn publication_start(
+        &mut self,
+        identity: &SystemIdentity,
+        observed: &Observed,
+        tables: &[TableName],
+    ) -> Result<Baseline, SafetyError> {
+        // A baseline of another cluster (let through by --accept-slot-reset) says
+        // nothing about this one's catalog.
+        let recorded = self
+            .recorded()?
+            .filter(|s| s.system_id == identity.system_id);
+        let Some(baseline) = recorded.and_then(|s| s.publication) else {
+            tracing::info!(publication = %self.publication, wal = %observed.wal, "no publication baseline recorded yet: taking the publication as it is now");
+            return Ok(Baseline::of(observed));
+        };
+        match publication::judge(&self.publication, tables, &baseline, observed) {
+            Ok(next) => Ok(next),
+            Err(changed) if std::mem::take(&mut self.accept_publication) => {
+                tracing::warn!(
+                    publication = %self.publication,
+                    "--accept-publication-change: adopting the publication as it is now, after this change: {changed}"
+                );
+                Ok(Baseline::of(observed))
+            }
+            Err(changed) => Err(SafetyError::PublicationChanged(changed)),
         }
     }
 

@@ -38,6 +38,7 @@ fn guard(dir: Option<PathBuf>, accept: bool) -> SlotGuard {
     let cfg = SafetyConfig {
         state_dir: dir,
         accept_slot_reset: accept,
+        accept_publication_change: false,
     };
     SlotGuard::open(&cfg, "shop", "s1", "pub", "outbox", "created_at").unwrap()
 }

@@ -218,7 +218,9 @@ impl CatalogError {
     }
 }
 
-fn query_err(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
+pub(crate) fn query_err(
+    context: impl Into<String>,
+) -> impl FnOnce(tokio_postgres::Error) -> CatalogError {
     let context = context.into();
     move |error| CatalogError::Query { context, error }
 }

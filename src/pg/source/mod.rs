@@ -25,6 +25,7 @@ pub mod catalog;
 pub mod failover;
 pub mod pgoutput;
 pub mod protocol;
+pub mod publication_state;
 pub mod replication;
 pub mod sql_client;
 
