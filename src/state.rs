@@ -2,8 +2,10 @@
 //!
 //! Owns where the file lives (`--state-dir`), its format, and how it is written. One
 //! small TOML file per relayed slot, named after the database and the slot, holding
-//! the server's system identifier and timeline, the database, the slot and the
-//! confirmed LSN:
+//! the server's system identifier and timeline, the database, the slot, the
+//! delivered LSN, and the publication baseline of [`crate::safety::publication`]
+//! (the slot is confirmed only as far as that watch vouched, so it may lag the
+//! file's LSN by about a second):
 //!
 //! ```text
 //!  pipeline ─ confirmable LSN ─▶ Checkpoint::persist ─ write tmp, fsync, rename, fsync dir
@@ -98,7 +100,8 @@ pub struct SlotState {
     pub database: String,
     /// Slot name.
     pub slot: String,
-    /// The last LSN this relay confirmed (or was about to confirm) to the server.
+    /// The last LSN this relay delivered (everything before it acked): the slot is
+    /// confirmed up to it once the publication watch vouched for it, never past it.
     #[serde(with = "lsn_text")]
     pub confirmed_lsn: Lsn,
     /// The publication as last found unchanged, and the WAL it vouches for
