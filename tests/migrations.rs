@@ -349,3 +349,34 @@ fn a_table_swapped_for_a_partitioned_one_and_published_in_one_transaction_keeps_
     relay.wait_stderr("added to \"pgoutbox\" in the same transaction", WAIT);
     stop(relay);
 }
+
+#[test]
+fn a_publication_re_created_while_the_relay_was_stopped_stops_the_next_start_with_the_slot_fix() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let state = temp_dir("state");
+    let relay = start(&db, &broker, &state, FAST);
+    delivered(&db, &broker, "order", 2);
+    stop(relay);
+    db.psql("DROP PUBLICATION pgoutbox");
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+
+    let mut relay = spawn(&db, &broker, &state, FAST);
+    let status = relay.wait_exit(WAIT);
+    let stderr = relay.stderr();
+    assert_eq!(
+        status.code(),
+        Some(i32::from(pgoutbox::exit::Status::SlotSafety.code())),
+        "{stderr}"
+    );
+    for needle in [
+        "publication \"pgoutbox\" was dropped and re-created (OID ",
+        "pg_drop_replication_slot",
+        "--accept-slot-reset",
+    ] {
+        assert!(
+            stderr.contains(needle),
+            "stderr lacks {needle:?}:\n{stderr}"
+        );
+    }
+}

@@ -238,6 +238,13 @@ impl std::fmt::Display for PublicationChanged {
             self.since_lsn
         )?;
         let tables: Vec<String> = self.tables.iter().map(TableName::quoted).collect();
+        if self.publication_gone() {
+            return write!(
+                f,
+                "the slot cannot decode its pending changes with another publication of that name: re-publish the events of the window (see \"Slot safety\" in the README), drop the slot (SELECT pg_drop_replication_slot(…)), make sure {ident} publishes {list} with publish = 'insert', and start the relay once with --accept-slot-reset, which creates the slot",
+                list = tables.join(", "),
+            );
+        }
         write!(
             f,
             "make the publication cover the outbox again (BEGIN; ALTER PUBLICATION {ident} DROP TABLE {list}; ALTER PUBLICATION {ident} ADD TABLE {list}; COMMIT; — drop only what is still listed —, or ALTER PUBLICATION {ident} SET (publish = 'insert'), or CREATE PUBLICATION {ident} FOR TABLE {list} WITH (publish = 'insert')), then re-publish the rows of the window still in the table: pgoutbox replay --from '{}' --to '{}' with the relay's source and routing options (start --from earlier to cover transactions that ran longer; consumers drop duplicates by the id header), then start the relay once with --accept-publication-change; see \"Changing the outbox table while the relay runs\" in the README",
@@ -245,6 +252,16 @@ impl std::fmt::Display for PublicationChanged {
             self.until,
             list = tables.join(", "),
         )
+    }
+}
+
+impl PublicationChanged {
+    /// Whether the publication itself was dropped or re-created (not a table of it).
+    pub fn publication_gone(&self) -> bool {
+        self.changes.iter().any(|c| {
+            c.starts_with("publication ")
+                && (c.contains("no longer exists") || c.contains("re-created"))
+        })
     }
 }
 
@@ -260,6 +277,8 @@ pub struct PublicationWatch {
     /// When the last reading started.
     last_start: Option<Instant>,
     reading: Option<JoinHandle<Result<Observed, WatchError>>>,
+    /// The publication was found gone (said once).
+    gone_said: bool,
 }
 
 impl std::fmt::Debug for PublicationWatch {
@@ -299,6 +318,10 @@ pub enum Reading {
     Vouched(Baseline),
     /// The relay must stop.
     Changed(Box<PublicationChanged>),
+    /// The publication itself is gone or was re-created: nothing is vouched for,
+    /// and the stream's own error at its next change (the slot cannot decode past
+    /// the drop) stops the relay with the slot-safety finding and its fix.
+    PublicationGone,
 }
 
 impl PublicationWatch {
@@ -317,6 +340,7 @@ impl PublicationWatch {
             baseline,
             last_start: None,
             reading: None,
+            gone_said: false,
         }
     }
 
@@ -394,6 +418,18 @@ impl PublicationWatch {
     }
 
     fn judge(&mut self, observed: &Observed) -> Reading {
+        if observed.state.oid != self.baseline.state.oid {
+            if !self.gone_said {
+                self.gone_said = true;
+                tracing::warn!(
+                    publication = %self.publication,
+                    vouched = %self.baseline.vouched_lsn,
+                    "the publication was dropped (or dropped and re-created): the slot is not confirmed past {}, and the stream stops the relay at its next change",
+                    self.baseline.vouched_lsn
+                );
+            }
+            return Reading::PublicationGone;
+        }
         match judge(&self.publication, &self.tables, &self.baseline, observed) {
             Ok(baseline) => {
                 self.baseline = baseline.clone();

@@ -223,3 +223,23 @@ fn a_baseline_round_trips_through_the_state_file() {
     assert!(text.contains("vouched_lsn = \"16/B374D848\""), "{text}");
     assert_eq!(crate::state::SlotState::parse(&text), Ok(state));
 }
+
+#[test]
+fn a_publication_gone_gets_the_slot_safety_fix() {
+    let mut now = listed();
+    now.oid = Some(17000);
+    let finding = PublicationChanged {
+        publication: "pgoutbox_pub".into(),
+        changes: changes(&now),
+        since_lsn: Lsn(1),
+        since: "t0".into(),
+        until_lsn: Lsn(2),
+        until: "t1".into(),
+        tables: vec![TableName::parse("outbox").expect("name")],
+    };
+    assert!(finding.publication_gone());
+    let text = finding.to_string();
+    assert!(text.contains("pg_drop_replication_slot"), "{text}");
+    assert!(text.contains("--accept-slot-reset"), "{text}");
+    assert!(!text.contains("--accept-publication-change"), "{text}");
+}
