@@ -15,7 +15,7 @@
 use crate::slot_safety::{insert, read_all, slot, spawn, start, stop};
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use pgoutbox::pg::lsn::Lsn;
@@ -123,32 +123,72 @@ fn replay(db: &TestDb<'_>, broker: &str, from: &str, to: &str) {
     assert!(status.success(), "replay failed:\n{}", process.stderr());
 }
 
+/// A relay streaming `db` that delivered a first pair of events.
+struct Streaming {
+    db: TestDb<'static>,
+    broker: String,
+    state: PathBuf,
+    relay: Pgoutbox,
+}
+
+impl Streaming {
+    fn start() -> Self {
+        let db = PgCluster::shared().fresh_db();
+        let broker = Broker::shared().addr();
+        let state = temp_dir("state");
+        let relay = start(&db, &broker, &state, FAST);
+        delivered(&db, &broker, "order", 2);
+        Self {
+            db,
+            broker,
+            state,
+            relay,
+        }
+    }
+
+    /// Run `ddl`, write rows that are not decoded, run `then`; the relay must stop
+    /// on the change (mentioning `needles`) without confirming past those rows.
+    /// Returns its stderr and the rows written after the change.
+    fn stops_on(
+        &mut self,
+        ddl: &[&str],
+        then: &[&str],
+        needles: &[&str],
+    ) -> (String, Vec<(String, String)>) {
+        for sql in ddl {
+            self.db.psql(sql);
+        }
+        let since = Instant::now();
+        let gap = wal(&self.db);
+        let lost = insert(&self.db, "order", 3);
+        for sql in then {
+            self.db.psql(sql);
+        }
+        let (stderr, _) = stops(&mut self.relay, since, needles);
+        not_confirmed_past(&self.db, gap);
+        (stderr, lost)
+    }
+}
+
 fn state_text(state: &Path, db: &TestDb<'_>) -> String {
     std::fs::read_to_string(crate::slot_safety::state_file(state, db)).expect("a state file")
 }
 
 #[test]
 fn a_table_removed_from_the_publication_stops_the_relay_and_the_printed_fix_recovers_every_row() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 3);
+    let mut streaming = Streaming::start();
     assert!(
-        state_text(&state, &db).contains("[publication.state]"),
+        state_text(&streaming.state, &streaming.db).contains("[publication.state]"),
         "the baseline is kept in the state file"
     );
-
-    db.psql("ALTER PUBLICATION pgoutbox DROP TABLE outbox");
-    let since = Instant::now();
-    let gap = wal(&db);
-    let lost = insert(&db, "order", 4);
-    let (stderr, _) = stops(
-        &mut relay,
-        since,
+    let (stderr, lost) = streaming.stops_on(
+        &["ALTER PUBLICATION pgoutbox DROP TABLE outbox"],
+        &[],
         &["outbox table \"public\".\"outbox\" was removed from the publication"],
     );
-    not_confirmed_past(&db, gap);
+    let Streaming {
+        db, broker, state, ..
+    } = streaming;
 
     // The printed fix: the table back in the publication, the window replayed,
     // one start that accepts the change; then rows flow again.
@@ -174,74 +214,47 @@ fn a_table_removed_from_the_publication_stops_the_relay_and_the_printed_fix_reco
 
 #[test]
 fn an_outbox_table_swapped_by_a_rename_stops_the_relay() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
-
     // The usual way to reset or re-partition it: a new table under the old name.
-    db.psql(
-        "BEGIN; ALTER TABLE outbox RENAME TO outbox_old; \
-         CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL); COMMIT",
-    );
-    let since = Instant::now();
-    let gap = wal(&db);
-    insert(&db, "order", 3);
-    stops(
-        &mut relay,
-        since,
+    Streaming::start().stops_on(
+        &["BEGIN; ALTER TABLE outbox RENAME TO outbox_old; \
+           CREATE TABLE outbox (LIKE outbox_old INCLUDING ALL); COMMIT"],
+        &[],
         &["was re-created (OID ", "and is not published"],
     );
-    not_confirmed_past(&db, gap);
 }
 
 #[test]
 fn a_dropped_and_recreated_outbox_table_stops_the_relay_even_once_published_again() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
-
-    db.psql("CREATE TABLE outbox_shape (LIKE outbox INCLUDING ALL)");
-    db.psql("DROP TABLE outbox");
-    let since = Instant::now();
-    let gap = wal(&db);
-    db.psql("ALTER TABLE outbox_shape RENAME TO outbox");
-    insert(&db, "order", 3);
     // Put back into the publication before anyone looks: the rows in between were
-    // never decoded, and the new pg_publication_rel row says so.
-    db.psql("ALTER PUBLICATION pgoutbox ADD TABLE outbox");
-    // A reading between the DROP and the RENAME finds no table; after, a new one.
-    let (stderr, _) = stops(&mut relay, since, &[]);
+    // never decoded, and the new pg_publication_rel row says so. A reading between
+    // the DROP and the RENAME finds no table; after, a new one.
+    let (stderr, _) = Streaming::start().stops_on(
+        &[
+            "CREATE TABLE outbox_shape (LIKE outbox INCLUDING ALL)",
+            "DROP TABLE outbox",
+            "ALTER TABLE outbox_shape RENAME TO outbox",
+        ],
+        &["ALTER PUBLICATION pgoutbox ADD TABLE outbox"],
+        &[],
+    );
     assert!(
         stderr.contains("re-created (OID ") || stderr.contains("outbox\" no longer exists"),
         "{stderr}"
     );
-    not_confirmed_past(&db, gap);
 }
 
 #[test]
 fn inserts_switched_off_and_on_again_stop_the_relay() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
-
-    db.psql("ALTER PUBLICATION pgoutbox SET (publish = 'update, delete')");
-    let since = Instant::now();
-    let gap = wal(&db);
-    insert(&db, "order", 3);
-    db.psql("ALTER PUBLICATION pgoutbox SET (publish = 'insert')");
+    let (stderr, _) = Streaming::start().stops_on(
+        &["ALTER PUBLICATION pgoutbox SET (publish = 'update, delete')"],
+        &["ALTER PUBLICATION pgoutbox SET (publish = 'insert')"],
+        &[],
+    );
     // Whichever reading came first: inserts off, or the publication row rewritten.
-    let (stderr, _) = stops(&mut relay, since, &[]);
     assert!(
         stderr.contains("no longer publishes inserts") || stderr.contains("was altered"),
         "{stderr}"
     );
-    not_confirmed_past(&db, gap);
 }
 
 #[test]
@@ -265,21 +278,12 @@ fn a_row_filter_that_excludes_outbox_rows_stops_the_relay() {
         );
         return;
     }
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
-
-    db.psql("ALTER PUBLICATION pgoutbox SET TABLE outbox WHERE (aggregate_type <> 'order')");
-    let since = Instant::now();
-    let gap = wal(&db);
-    insert(&db, "order", 3);
-    stops(
-        &mut relay,
-        since,
+    drop(db);
+    Streaming::start().stops_on(
+        &["ALTER PUBLICATION pgoutbox SET TABLE outbox WHERE (aggregate_type <> 'order')"],
+        &[],
         &["with a row filter WHERE (aggregate_type <> 'order'::text) (was none)"],
     );
-    not_confirmed_past(&db, gap);
 }
 
 #[test]
@@ -312,11 +316,9 @@ fn a_change_made_while_the_relay_was_stopped_stops_the_next_start() {
 
 #[test]
 fn adding_a_column_and_publishing_updates_too_keep_the_relay_going() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
+    let Streaming {
+        db, broker, relay, ..
+    } = Streaming::start();
     db.psql("ALTER TABLE outbox ADD COLUMN tenant text");
     db.psql("ALTER PUBLICATION pgoutbox SET (publish = 'insert, update')");
     delivered(&db, &broker, "order", 2);
@@ -325,11 +327,12 @@ fn adding_a_column_and_publishing_updates_too_keep_the_relay_going() {
 
 #[test]
 fn a_table_swapped_for_a_partitioned_one_and_published_in_one_transaction_keeps_the_relay_going() {
-    let db = PgCluster::shared().fresh_db();
-    let broker = Broker::shared().addr();
-    let state = temp_dir("state");
-    let mut relay = start(&db, &broker, &state, FAST);
-    delivered(&db, &broker, "order", 2);
+    let Streaming {
+        db,
+        broker,
+        mut relay,
+        ..
+    } = Streaming::start();
     // The README's recipe (partitioning the outbox): the new table is published
     // from its creation.
     db.psql(
