@@ -91,8 +91,12 @@ pub fn compare(publication: &str, before: &PublicationState, now: &PublicationSt
     }
     if changed.is_empty() {
         publication_row(&ident, before, now, &mut changed, &mut adopted);
-        for (was, is) in before.tables.iter().zip(&now.tables) {
-            table(&ident, was, is, &mut changed, &mut adopted);
+        // By name: the relay's table list may have changed since the baseline (a
+        // table added to it has no baseline yet and is taken as it is).
+        for is in &now.tables {
+            if let Some(was) = before.tables.iter().find(|was| was.table == is.table) {
+                table(&ident, was, is, &mut changed, &mut adopted);
+            }
         }
     }
     if changed.is_empty() {

@@ -243,3 +243,18 @@ fn a_publication_gone_gets_the_slot_safety_fix() {
     assert!(text.contains("--accept-slot-reset"), "{text}");
     assert!(!text.contains("--accept-publication-change"), "{text}");
 }
+
+#[test]
+fn tables_are_compared_by_name_whatever_the_relays_list_became() {
+    let mut other = listed().tables[0].clone();
+    other.table = "\"public\".\"outbox2\"".into();
+    other.oid = Some(20000);
+    other.member_oid = Some(20001);
+    // A table put first in the relay's list since the baseline: no baseline of its
+    // own, and the outbox table still compared with its own.
+    let mut now = listed();
+    now.tables.insert(0, other.clone());
+    assert!(unchanged(&listed(), &now).is_empty());
+    now.tables[1].member_oid = Some(16395);
+    assert!(changes(&now)[0].contains("\"public\".\"outbox\" was removed"));
+}
