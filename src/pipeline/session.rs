@@ -4,7 +4,10 @@
 //! to the server.
 //!
 //! Invariants: an LSN is confirmed only after [`Checkpoint::persist`] returned for
-//! it, during the session (status tick) and at its end; a session that ends by a
+//! it, during the session (status tick) and at its end, and — with a publication
+//! watch ([`crate::safety::publication`]) — only as far as a catalog reading begun
+//! after it was written vouched for it (the state file follows every ack, the
+//! server at most a reading behind); a session that ends by a
 //! completed drain flushes the producer (bounded by what is left of the drain
 //! timeout) before that last confirmation; a session whose oldest in-flight record
 //! went `--stall-timeout` without progress ends with [`PipelineError::Stalled`]
