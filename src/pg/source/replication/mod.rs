@@ -46,7 +46,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,19 +71,11 @@ const MAX_STATUS_INTERVAL: Duration = Duration::from_secs(10);
 /// Receive timeout when the server's `wal_sender_timeout` is disabled (0): the
 /// default of PostgreSQL's own `wal_receiver_timeout`.
 const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Messages queued towards the caller before the task stops handing over (and so
-/// stops reading the socket).
-pub const QUEUE_MESSAGES: usize = 1024;
-/// Bytes of WAL data queued towards the caller before the task stops handing over:
-/// a backlog of 100 KB rows would otherwise queue [`QUEUE_MESSAGES`] of them
-/// (100 MB) outside the relay's in-flight window. 1 MiB is still thousands of
-/// small rows, so a backlog of those is bounded by the message count as before.
-pub const QUEUE_BYTES: usize = 1 << 20;
-/// Bytes requested per socket read.
-const READ_CHUNK: usize = 128 * 1024;
-/// A read buffer grown past this (for one message larger than [`READ_CHUNK`]) is
-/// replaced by a [`READ_CHUNK`] one once that message was parsed.
-const READ_BUF_KEEP: usize = 4 * READ_CHUNK;
+
+mod budget;
+
+use budget::{oversized, send_front, Queued, READ_CHUNK};
+pub use budget::{QUEUE_BYTES, QUEUE_MESSAGES};
 
 /// The pgoutput protocol version to request from a server: the highest it supports
 /// (1 on PostgreSQL ≤ 13, 2 on 14, 3 on 15, 4 on 16+).
@@ -321,42 +313,6 @@ struct Feedback {
 
 enum Command {
     Close(oneshot::Sender<Result<(), PgError>>),
-}
-
-/// The bytes budget of the queue towards the caller ([`QUEUE_BYTES`]).
-#[derive(Default)]
-struct Queued {
-    /// WAL data bytes of the messages in the channel ([`queued_size`]).
-    bytes: AtomicUsize,
-    /// Wakes the task when the caller took the queue back under the budget.
-    space: Notify,
-}
-
-impl Queued {
-    /// Whether the task may hand over another message.
-    fn has_room(&self) -> bool {
-        self.bytes.load(Ordering::Acquire) < QUEUE_BYTES
-    }
-
-    /// The caller took `message`: wake the task if that made room.
-    fn taken(&self, message: &ReplicationMessage) {
-        let size = queued_size(message);
-        if size == 0 {
-            return;
-        }
-        let before = self.bytes.fetch_sub(size, Ordering::AcqRel);
-        if before >= QUEUE_BYTES && before - size < QUEUE_BYTES {
-            self.space.notify_one();
-        }
-    }
-}
-
-/// What a message counts against [`QUEUE_BYTES`]: its WAL data.
-fn queued_size(message: &ReplicationMessage) -> usize {
-    match message {
-        ReplicationMessage::XLogData { data, .. } => data.len(),
-        ReplicationMessage::PrimaryKeepalive { .. } => 0,
-    }
 }
 
 /// A running logical replication stream. Dropping it closes the connection.
@@ -752,32 +708,6 @@ impl StreamTask {
     }
 }
 
-/// Whether the read buffer grew past [`READ_BUF_KEEP`] for a large message that is
-/// parsed now: what is left (the start of the next frame, whose length the header
-/// may already tell) fits in [`READ_CHUNK`]. A large frame still arriving keeps it.
-fn oversized(buf: &BytesMut) -> bool {
-    let next_frame = match buf.get(..5) {
-        Some(head) => usize::try_from(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
-            .map_or(usize::MAX, |len| len.saturating_add(1)),
-        None => buf.len(),
-    };
-    buf.capacity() > READ_BUF_KEEP && buf.len() <= READ_CHUNK && next_frame <= READ_CHUNK
-}
-
-/// Hand the oldest parsed message over, counting it against the queue's budget.
-fn send_front(
-    pending: &mut VecDeque<ReplicationMessage>,
-    queued: &Queued,
-    permit: mpsc::Permit<'_, Result<ReplicationMessage, PgError>>,
-) {
-    if let Some(message) = pending.pop_front() {
-        queued
-            .bytes
-            .fetch_add(queued_size(&message), Ordering::AcqRel);
-        permit.send(Ok(message));
-    }
-}
-
 async fn read_more(
     reader: &mut ReadHalf<Box<dyn Transport>>,
     buf: &mut BytesMut,
@@ -826,25 +756,6 @@ mod tests {
             "25P01",
             "there is no transaction in progress"
         )));
-    }
-
-    #[test]
-    fn a_grown_read_buffer_is_given_back_once_its_large_frame_is_parsed() {
-        let frame_head = |len: u32| {
-            let mut b = BytesMut::with_capacity(2 * READ_BUF_KEEP);
-            b.extend_from_slice(b"d");
-            b.extend_from_slice(&len.to_be_bytes());
-            b
-        };
-        // The start of a small frame: give the large buffer back.
-        assert!(oversized(&frame_head(300)));
-        assert!(oversized(&BytesMut::with_capacity(2 * READ_BUF_KEEP)));
-        // A large frame still arriving keeps the buffer it needs.
-        assert!(!oversized(&frame_head(1 << 20)));
-        // A buffer of the usual size is kept whatever it holds.
-        let mut usual = BytesMut::with_capacity(READ_CHUNK);
-        usual.extend_from_slice(&[b'd', 0, 0, 1, 0]);
-        assert!(!oversized(&usual));
     }
 
     #[test]
