@@ -487,9 +487,14 @@ async fn session(
         true => None,
         false => {
             let tables = &cfg.source.tables;
+            let version = catalog::server_version_num(&catalog_client).await?;
             let observed =
-                publication_state::read(&catalog_client, &cfg.source.publication, tables).await?;
-            Some(guard.publication_start(&identity, &observed, tables)?)
+                publication_state::read(&catalog_client, &cfg.source.publication, tables, version)
+                    .await?;
+            Some((
+                version,
+                guard.publication_start(&identity, &observed, tables)?,
+            ))
         }
     };
     let info = info.ok_or_else(|| CatalogError::MissingSlot {
@@ -513,13 +518,14 @@ async fn session(
     let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
     let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
     let watch = match baseline {
-        Some(baseline) => {
+        Some((version, baseline)) => {
             checkpoint
                 .record_publication(baseline.clone())
                 .await
                 .map_err(SafetyError::from)?;
             Some(PublicationWatch::new(
-                Arc::new(catalog_client),
+                catalog_client,
+                version,
                 &cfg.source.publication,
                 &cfg.source.tables,
                 baseline,

@@ -80,10 +80,8 @@ pub struct Session<'a> {
     /// The publication watch: the slot is confirmed only as far as it vouched for
     /// (`None`: messages only, or a test without one).
     watch: Option<PublicationWatch>,
-    /// The last LSN persisted (everything before it acked), which the server is
-    /// told once the watch vouched for it.
-    delivered: Lsn,
-    /// The last LSN sent to the server as confirmed.
+    /// The last LSN sent to the server as confirmed (at most the relay's last
+    /// persisted one, [`Relay::last_reported`], and what the watch vouched for).
     server_confirmed: Lsn,
 }
 
@@ -111,7 +109,6 @@ impl<'a> Session<'a> {
             checkpoint,
             gauges_stale: true,
             watch: None,
-            delivered: Lsn::INVALID,
             server_confirmed: Lsn::INVALID,
         }
     }
@@ -128,6 +125,7 @@ impl<'a> Session<'a> {
     /// confirms more).
     pub fn resuming_from(mut self, start: Lsn) -> Self {
         self.relay.reported(start);
+        self.server_confirmed = start;
         self
     }
 
@@ -144,8 +142,7 @@ impl<'a> Session<'a> {
         let confirmed = self.relay.confirmed();
         match self.checkpoint.persist(confirmed).await {
             Ok(()) => {
-                self.delivered = self.delivered.max(confirmed);
-                let (vouched, finding) = self.vouch_at_end(&result).await;
+                let (vouched, finding) = self.vouch_at_end(confirmed, &result).await;
                 if let (Some(finding), true) = (finding, result.is_ok()) {
                     result = Err(finding);
                 }
@@ -222,7 +219,7 @@ impl<'a> Session<'a> {
     /// says something, not ten times a second.
     fn has_tick_work(&self) -> bool {
         self.gauges_stale
-            || self.server_confirmed < self.delivered
+            || self.server_confirmed < self.relay.last_reported()
             || self.relay.tracker().in_flight_records() > 0
             || self.relay.waiting_for_queue()
             || self.relay.to_report().is_some()
@@ -273,7 +270,6 @@ impl<'a> Session<'a> {
     async fn report_status(&mut self) -> Result<(), PipelineError> {
         if let Some(lsn) = self.relay.to_report() {
             self.checkpoint.persist(lsn).await?;
-            self.delivered = lsn;
             self.relay.reported(lsn);
         }
         self.confirm_vouched();
@@ -291,12 +287,13 @@ impl<'a> Session<'a> {
     /// Tell the server what is persisted and vouched for; ask the watch for a
     /// reading when the persisted position is past what it vouched for.
     fn confirm_vouched(&mut self) {
+        let persisted = self.relay.last_reported();
         let lsn = match &mut self.watch {
             Some(watch) => {
-                watch.want(self.delivered, std::time::Instant::now());
-                self.delivered.min(watch.vouched())
+                watch.want(persisted, std::time::Instant::now());
+                persisted.min(watch.vouched())
             }
-            None => self.delivered,
+            None => persisted,
         };
         if lsn > self.server_confirmed {
             self.stream.confirm(lsn);
@@ -333,15 +330,16 @@ impl<'a> Session<'a> {
         PipelineError::PublicationChanged(changed)
     }
 
-    /// At the end of a session, what the server may be told: the persisted
-    /// position once one more reading vouched for it (a session ending on a change
-    /// or a failed reading gets no reading, only what was vouched already).
+    /// At the end of a session, what the server may be told: `persisted` once
+    /// one more reading vouched for it (a session ending on a change or a failed
+    /// reading gets no reading, only what was vouched already).
     async fn vouch_at_end(
         &mut self,
+        persisted: Lsn,
         result: &Result<End, PipelineError>,
     ) -> (Lsn, Option<PipelineError>) {
         let Some(watch) = &mut self.watch else {
-            return (self.delivered, None);
+            return (persisted, None);
         };
         let mut finding = None;
         let readable = match result {
@@ -349,7 +347,7 @@ impl<'a> Session<'a> {
             Err(PipelineError::Watch(_) | PipelineError::PublicationChanged(_)) => false,
             Err(err) => err.is_transient(),
         };
-        if readable && self.delivered > watch.vouched() {
+        if readable && persisted > watch.vouched() {
             match watch.read_now().await {
                 Ok(Reading::Vouched(baseline)) => self.checkpoint.keep_publication(baseline),
                 Ok(Reading::Changed(changed)) => finding = Some(changed),
@@ -359,7 +357,7 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        let vouched = self.delivered.min(watch.vouched());
+        let vouched = persisted.min(watch.vouched());
         (vouched, finding.map(|changed| self.changed(changed)))
     }
 

@@ -274,9 +274,8 @@ impl std::error::Error for PublicationChanged {}
 /// The session's side of the watch: when to read the catalog, what the last
 /// reading vouched for, and the reading in progress.
 pub struct PublicationWatch {
-    client: Arc<Client>,
-    publication: String,
-    tables: Vec<TableName>,
+    /// What a reading reads, shared with the task of the reading in progress.
+    target: Arc<Target>,
     baseline: Baseline,
     /// When the last reading started.
     last_start: Option<Instant>,
@@ -288,7 +287,7 @@ pub struct PublicationWatch {
 impl std::fmt::Debug for PublicationWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PublicationWatch")
-            .field("publication", &self.publication)
+            .field("publication", &self.target.publication)
             .field("vouched", &self.baseline.vouched_lsn)
             .finish_non_exhaustive()
     }
@@ -328,19 +327,46 @@ pub enum Reading {
     PublicationGone,
 }
 
+/// The connection, the server's version and the objects a reading reads.
+struct Target {
+    client: Client,
+    version: i32,
+    publication: String,
+    tables: Vec<TableName>,
+}
+
+impl Target {
+    /// One reading, given up after `limit`.
+    async fn read(&self, limit: Duration) -> Result<Observed, WatchError> {
+        let read =
+            publication_state::read(&self.client, &self.publication, &self.tables, self.version);
+        tokio::time::timeout(limit, read)
+            .await
+            .map_err(|_| WatchError::Task {
+                publication: self.publication.clone(),
+                reason: format!("no answer within {}s", limit.as_secs()),
+            })?
+            .map_err(WatchError::from)
+    }
+}
+
 impl PublicationWatch {
     /// The watch of a session whose start found `baseline` (a reading the caller
-    /// compared with the state file's).
+    /// compared with the state file's) on a server of `version`.
     pub fn new(
-        client: Arc<Client>,
+        client: Client,
+        version: i32,
         publication: &str,
         tables: &[TableName],
         baseline: Baseline,
     ) -> Self {
         Self {
-            client,
-            publication: publication.to_owned(),
-            tables: tables.to_vec(),
+            target: Arc::new(Target {
+                client,
+                version,
+                publication: publication.to_owned(),
+                tables: tables.to_vec(),
+            }),
             baseline,
             last_start: None,
             reading: None,
@@ -359,32 +385,19 @@ impl PublicationWatch {
     }
 
     /// Start a reading when `wanted` lies past what is vouched for, none is in
-    /// progress and the last began [`CHECK_EVERY`] ago or more. Returns whether the
-    /// watch still owes a reading for `wanted` (the caller keeps ticking).
-    pub fn want(&mut self, wanted: Lsn, now: Instant) -> bool {
+    /// progress and the last began [`CHECK_EVERY`] ago or more.
+    pub fn want(&mut self, wanted: Lsn, now: Instant) {
         if wanted <= self.vouched() {
-            return false;
+            return;
         }
         let due = self
             .last_start
             .map_or(true, |last| now.duration_since(last) >= CHECK_EVERY);
         if self.reading.is_none() && due {
             self.last_start = Some(now);
-            let client = self.client.clone();
-            let publication = self.publication.clone();
-            let tables = self.tables.clone();
-            self.reading = Some(tokio::spawn(async move {
-                let read = publication_state::read(&client, &publication, &tables);
-                tokio::time::timeout(READ_TIMEOUT, read)
-                    .await
-                    .map_err(|_| WatchError::Task {
-                        publication,
-                        reason: format!("no answer within {}s", READ_TIMEOUT.as_secs()),
-                    })?
-                    .map_err(WatchError::from)
-            }));
+            let target = self.target.clone();
+            self.reading = Some(tokio::spawn(async move { target.read(READ_TIMEOUT).await }));
         }
-        true
     }
 
     /// Wait for the reading in progress (pending forever when there is none).
@@ -398,7 +411,7 @@ impl PublicationWatch {
             Ok(read) => read?,
             Err(join) => {
                 return Err(WatchError::Task {
-                    publication: self.publication.clone(),
+                    publication: self.target.publication.clone(),
                     reason: join.to_string(),
                 })
             }
@@ -411,13 +424,7 @@ impl PublicationWatch {
         if let Some(handle) = self.reading.take() {
             handle.abort();
         }
-        let read = publication_state::read(&self.client, &self.publication, &self.tables);
-        let observed = tokio::time::timeout(END_READ_TIMEOUT, read)
-            .await
-            .map_err(|_| WatchError::Task {
-                publication: self.publication.clone(),
-                reason: format!("no answer within {}s", END_READ_TIMEOUT.as_secs()),
-            })??;
+        let observed = self.target.read(END_READ_TIMEOUT).await?;
         Ok(self.judge(&observed))
     }
 
@@ -426,7 +433,7 @@ impl PublicationWatch {
             if !self.gone_said {
                 self.gone_said = true;
                 tracing::warn!(
-                    publication = %self.publication,
+                    publication = %self.target.publication,
                     vouched = %self.baseline.vouched_lsn,
                     "the publication was dropped (or dropped and re-created): the slot is not confirmed past {}, and the stream stops the relay at its next change",
                     self.baseline.vouched_lsn
@@ -434,7 +441,12 @@ impl PublicationWatch {
             }
             return Reading::PublicationGone;
         }
-        match judge(&self.publication, &self.tables, &self.baseline, observed) {
+        match judge(
+            &self.target.publication,
+            &self.target.tables,
+            &self.baseline,
+            observed,
+        ) {
             Ok(baseline) => {
                 self.baseline = baseline.clone();
                 Reading::Vouched(baseline)

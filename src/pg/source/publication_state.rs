@@ -144,11 +144,14 @@ pub struct Observed {
     pub state: PublicationState,
 }
 
-/// Read `publication` and `tables` (see the module doc for the order).
+/// Read `publication` and `tables` on a server of `version` (its
+/// `server_version_num`, read once per connection; see the module doc for the
+/// order).
 pub async fn read(
     client: &Client,
     publication: &str,
     tables: &[TableName],
+    version: i32,
 ) -> Result<Observed, CatalogError> {
     let wal: i64 = client
         .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8", &[])
@@ -156,7 +159,6 @@ pub async fn read(
         .map_err(query_err("reading the WAL position"))?
         .get(0);
     let wal = Lsn(u64::try_from(wal).unwrap_or(0));
-    let version = super::catalog::server_version_num(client).await?;
     let schemas: Vec<&str> = tables.iter().map(|t| t.schema.as_str()).collect();
     let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
     let rows = client
