@@ -104,23 +104,8 @@ fn window(stderr: &str) -> (String, String) {
 
 /// Run the printed replay for `db` and wait for it to finish cleanly.
 fn replay(db: &TestDb<'_>, broker: &str, from: &str, to: &str) {
-    let template = format!("{}.${{routedByValue}}", db.name);
-    let url = db.url();
-    let mut process = Pgoutbox::spawn(&[
-        "replay",
-        "--database-url",
-        &url,
-        "--topic-template",
-        &template,
-        "--brokers",
-        broker,
-        "--from",
-        from,
-        "--to",
-        to,
-    ]);
-    let status = process.wait_exit(WAIT * 3);
-    assert!(status.success(), "replay failed:\n{}", process.stderr());
+    let done = crate::replay::replay(db, &["--brokers", broker, "--from", from, "--to", to]);
+    assert!(done.status.success(), "replay failed:\n{}", done.stderr);
 }
 
 /// A relay streaming `db` that delivered a first pair of events.

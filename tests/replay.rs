@@ -15,14 +15,14 @@ use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 const HEADER: &str = "pgoutbox.replay";
 
 /// What a finished `pgoutbox replay` left.
-struct Finished {
-    status: ExitStatus,
-    stdout: Vec<String>,
-    stderr: String,
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: Vec<String>,
+    pub(crate) stderr: String,
 }
 
 /// Run `pgoutbox replay` on `db` (topics `<db>.<aggregate_type>`) with `extra`.
-fn replay(db: &TestDb<'_>, extra: &[&str]) -> Finished {
+pub(crate) fn replay(db: &TestDb<'_>, extra: &[&str]) -> Finished {
     let template = format!("{}.${{routedByValue}}", db.name);
     let mut args = vec![
         "replay",
