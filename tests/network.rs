@@ -12,7 +12,9 @@
 //! ends with the verifier (lost = 0, unexpected = 0, reordered = 0, everything
 //! arrived); on the Kafka link the slot must also stay below the events written
 //! during the fault for as long as it lasts. Recovery times and duplicate counts
-//! are printed (`--nocapture`), never asserted.
+//! are printed (`--nocapture`), never asserted. The relay logs every ack
+//! (`verify::ACK_LOG`): a lost event is explained by where it was acked, and every
+//! acked offset must be read back with its record.
 //!
 //! Long forms (minute-long black-holes, librdkafka's default request timeout) run
 //! with `PGOUTBOX_LONG=1`.
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::proxy::Proxy;
-use support::verify::{verify, Ledger, Verdict};
+use support::verify::{acks_in, audit_acks, explain_lost, verify, Ledger, Verdict, ACK_LOG};
 use support::workload::{confirmed, current_lsn, uuid, wait_confirmed};
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
@@ -61,7 +63,10 @@ fn start_relay(db: &TestDb<'_>, pg_port: u16, broker: &str, extra: &[&str]) -> P
         "postgres://postgres@127.0.0.1:{pg_port}/{}?sslmode=disable",
         db.name
     );
-    support::workload::start_relay(&support::workload::run_args_via(db, &url, broker, extra))
+    let args = support::workload::run_args_via(db, &url, broker, extra);
+    let relay = Pgoutbox::spawn_with_env(&args, &[ACK_LOG]);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
 }
 
 /// How many replication sessions the relay started so far.
@@ -189,10 +194,23 @@ fn read_and_verify(
         verdict.reordered,
         sessions(relay)
     );
+    let acks = acks_in(&relay.stderr());
+    if verdict.lost > 0 {
+        eprintln!(
+            "{scenario}: {}",
+            explain_lost(ledger, &reader.records, &acks, 10)
+        );
+    }
+    audit_acks(&acks, &reader.records).assert_clean();
     assert!(
         complete,
-        "{scenario}: not every event arrived: {verdict:?}\nrelay:\n{}",
-        relay.stderr()
+        "{scenario}: not every event arrived: {verdict:?}\nrelay (acks left out):\n{}",
+        relay
+            .stderr()
+            .lines()
+            .filter(|l| !l.contains("TRACE acked"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     verdict.assert_no_loss();
     verdict

@@ -6,7 +6,8 @@
 //! Invariants: every delivery report becomes exactly one [`Delivery`] on the
 //! channel, in the order librdkafka queued them (one poller at a time); no text of
 //! librdkafka is logged or returned before secret values are scrubbed from it; client
-//! errors and warning log lines go through the one [`OutageLog`] of the sink.
+//! errors and warning log lines go through the one [`OutageLog`] of the sink; a
+//! report counts as an ack only with the broker's offset ([`unplaced`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,9 +142,11 @@ impl ProducerContext for Context {
     fn delivery(&self, result: &DeliveryResult<'_>, tag: usize) {
         self.unreported.fetch_sub(1, Ordering::Relaxed);
         let (message, outcome) = match result {
+            Ok(m) if m.offset() < 0 => (m, Err(unplaced())),
             Ok(m) => (m, Ok(())),
             Err((err, m)) => (m, Err(err.clone())),
         };
+        let unplaced = result.is_ok() && outcome.is_err();
         if outcome.is_ok() {
             self.outage.reachable();
         }
@@ -172,13 +175,17 @@ impl ProducerContext for Context {
             );
         }
         let result = outcome.map_err(|err| {
-            delivery_error(
+            let mut error = delivery_error(
                 &self.scrubber,
                 &err,
                 message.topic().to_owned(),
                 id_text_of(header("id")),
                 Some((message.key(), header(EVENT_TYPE_HEADER))),
-            )
+            );
+            if unplaced {
+                error.reason = UNPLACED_REASON.to_owned();
+            }
+            error
         });
         // The receiver is gone only when the relay is shutting down.
         let _ = self.deliveries.send(Delivery {
@@ -189,6 +196,28 @@ impl ProducerContext for Context {
         });
     }
 }
+
+/// What an "ack" without an offset becomes: a transient failure, so the relay
+/// sends the record again instead of confirming past it.
+///
+/// librdkafka reports a record delivered at offset -1001 when it only *infers*
+/// the write: its batch failed with an uncertain or not-persisted status and a
+/// later batch of the same partition succeeded ("implicitly acked by subsequent
+/// batch success"), or a retry was answered DUPLICATE_SEQUENCE_NUMBER. The
+/// inference holds only where the broker checks the producer's sequence, and
+/// Apache Kafka accepts any sequence from a producer id it holds no state for on
+/// that partition (a new producer's first batches): the refused batch is then
+/// reported delivered and is not in the log (confluent-kafka-go#921; pinned by
+/// `mock_kafka::a_record_acked_only_by_inference_is_not_delivered`). Only the
+/// broker's offset vouches for a record.
+pub(super) fn unplaced() -> KafkaError {
+    KafkaError::MessageProduction(RDKafkaErrorCode::Inconsistent)
+}
+
+/// The reason [`unplaced`] records are failed with, in their [`DeliveryError`].
+pub(super) const UNPLACED_REASON: &str =
+    "acknowledged without an offset (librdkafka inferred the write from a later batch; \
+     the broker did not confirm it): sent again";
 
 /// librdkafka's own clock of `message`: the time since it was handed over.
 pub(super) fn in_kafka(
