@@ -204,6 +204,19 @@ pub(crate) fn conclude(
         monitor.peak_retained as f64 / (1 << 20) as f64,
         audit.acked,
     );
+    if verdict.lost + verdict.reordered + verdict.unexpected > 0 {
+        // What the relay said about it: its warnings and errors.
+        let said: Vec<String> = relay
+            .stderr()
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .map(str::to_owned)
+            .collect();
+        eprintln!(
+            "{scenario}: the relay's warnings and errors:\n{}",
+            said.join("\n")
+        );
+    }
     audit.assert_clean();
     assert!(
         complete,

@@ -147,6 +147,14 @@ impl ProducerContext for Context {
             Err((err, m)) => (m, Err(err.clone())),
         };
         let unplaced = result.is_ok() && outcome.is_err();
+        if unplaced {
+            tracing::warn!(
+                topic = %message.topic(),
+                partition = message.partition(),
+                id = %id_text_of(message.headers().and_then(|h| header_value(h, "id"))),
+                "kafka reported a record delivered without an offset (inferred from a later batch, not confirmed by the broker); the session ends and the record is sent again"
+            );
+        }
         if outcome.is_ok() {
             self.outage.reachable();
         }
