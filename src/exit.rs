@@ -10,7 +10,8 @@
 //!   2  usage or configuration error: nothing was started
 //!   3  check failed: `check` found a problem; `status`: the slot is missing or lost
 //!   4  the relay stopped before a row it will not skip (poison row, --on-update fail)
-//!   5  the relay refused a slot or publication changed, dropped or lost behind its back
+//!   5  the relay refused a slot or publication changed, dropped or lost behind its back,
+//!      or an exactly-once watermark that cannot belong to its stream
 //! 141  stdout was closed by its reader (`| head`): the conventional 128 + SIGPIPE
 //! ```
 //!

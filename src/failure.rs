@@ -46,9 +46,10 @@ fn of_run(err: &RunError) -> Status {
             Status::Poison
         }
         RunError::Safety(SafetyError::State(_) | SafetyError::Catalog(_)) => Status::Failure,
-        RunError::Safety(_) | RunError::Pipeline(PipelineError::PublicationChanged(_)) => {
-            Status::SlotSafety
-        }
+        RunError::Safety(_)
+        | RunError::Pipeline(
+            PipelineError::PublicationChanged(_) | PipelineError::WatermarkMismatch(_),
+        ) => Status::SlotSafety,
         _ => Status::Failure,
     }
 }

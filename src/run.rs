@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::heartbeat::{Heartbeat, HeartbeatConfig};
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
 use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::kafka::watermark;
 use crate::metrics::Metrics;
 use crate::pg::client::connection::PgError;
 use crate::pg::client::conninfo::{ConnInfo, TargetSessionAttrs};
@@ -49,6 +50,7 @@ use crate::pg::source::failover;
 use crate::pg::source::publication_state;
 use crate::pg::source::replication::{ReplicationClient, SystemIdentity};
 use crate::pg::source::SourceConfig;
+use crate::pipeline::exactly_once;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::publication::PublicationWatch;
 use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
@@ -94,6 +96,8 @@ pub struct RunConfig {
     pub heartbeat: HeartbeatConfig,
     /// `--source poll`: poll the table instead of streaming a slot.
     pub poll: Option<crate::poll::PollConfig>,
+    /// `--delivery exactly-once` (`None`: at-least-once).
+    pub exactly_once: Option<crate::pipeline::exactly_once::ExactlyOnceConfig>,
 }
 
 /// Why the service stopped with an error.
@@ -240,8 +244,9 @@ async fn relay(
     );
     match (guard, &cfg.poll) {
         (Some(guard), _) => {
-            // A steady stream of small transactions goes out in rounds (see ROUND_AT).
-            sink.hold_rounds(cfg.kafka_rounds);
+            // A steady stream of small transactions goes out in rounds (see ROUND_AT);
+            // not in Kafka transactions, whose commit hands over everything at once.
+            sink.hold_rounds(cfg.kafka_rounds && cfg.exactly_once.is_none());
             beat.spawn(tasks, helpers.clone());
             let mut source = Logical {
                 cfg,
@@ -533,8 +538,27 @@ async fn session(
         }
         None => None,
     };
+    let exactly_once = match &cfg.exactly_once {
+        Some(eos) => {
+            let database = identity
+                .dbname
+                .clone()
+                .unwrap_or_else(|| cfg.source.conninfo.dbname.clone());
+            let stream = exactly_once::Stream {
+                system_id: &identity.system_id,
+                timeline: identity.timeline,
+                wal_end: identity.xlogpos,
+                database: &database,
+                slot: &cfg.slot,
+                slot_confirmed: slot_lsn,
+            };
+            let reader = watermark::reader_config(&cfg.brokers, &cfg.kafka_options);
+            Some(exactly_once::start(eos, sink, reader, &stream, metrics.clone()).await?)
+        }
+        None => None,
+    };
     log_start(cfg, &identity, &resume, slot_lsn, metrics);
-    Session::new(
+    let session = Session::new(
         &pipeline,
         sink,
         stream,
@@ -543,10 +567,12 @@ async fn session(
         checkpoint,
     )
     .resuming_from(resume.start_lsn().max(slot_lsn))
-    .watching(watch)
-    .run(shutdown.clone())
-    .await
-    .map_err(|e| match e {
+    .watching(watch);
+    let session = match exactly_once {
+        Some(start) => session.exactly_once(start.state, start.skip_through),
+        None => session,
+    };
+    session.run(shutdown.clone()).await.map_err(|e| match e {
         PipelineError::Pg(pg) => explain(guard, pg),
         other => other.into(),
     })

@@ -20,6 +20,7 @@ mod config;
 mod debezium;
 mod edges;
 mod equivalence;
+mod exactly_once;
 mod failover;
 mod failover_slots;
 mod faults;

@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg, PollMarkArg,
-    RecordArgs, RecordTimestampArg, ReplayArgs, RunArgs, SourceArgs, SourceKind, TailArgs,
-    TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, DeliveryArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg,
+    PollMarkArg, RecordArgs, RecordTimestampArg, ReplayArgs, RunArgs, SourceArgs, SourceKind,
+    TailArgs, TailFormat as TailFormatArg,
 };
 use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
@@ -43,6 +43,7 @@ use crate::outbox::trace::TraceError;
 use crate::pg::client::conninfo::{ConnInfo, ConnInfoError};
 use crate::pg::names::TableName;
 use crate::pg::source::SourceConfig;
+use crate::pipeline::exactly_once::ExactlyOnceConfig;
 use crate::pipeline::{MessageConfig, OnUpdate, PipelineConfig};
 use crate::poll::{Mark, PollConfig};
 use crate::replay::{RawSelection, ReplayConfig, Selection, SelectionError};
@@ -74,6 +75,12 @@ pub enum ConfigError {
     /// `--source poll` with `--messages-only`.
     #[error("--source poll reads rows of an outbox table, but --messages-only names none: logical decoding messages exist only in the WAL, which only --source logical reads; fix: drop --messages-only (and name the table with --table), or use --source logical")]
     PollMessagesOnly,
+    /// `--source poll` with `--delivery exactly-once`.
+    #[error("--delivery exactly-once needs --source logical: the watermark it writes in each Kafka transaction is a WAL position, and poll mode marks claimed rows in the table instead, outside the Kafka transaction; fix: use --source logical, or --delivery at-least-once with poll mode (consumers deduplicate on the id header)")]
+    PollExactlyOnce,
+    /// `--transaction-interval 0`.
+    #[error("--transaction-interval must be more than 0")]
+    ZeroTransactionInterval,
     /// The relay's own heartbeat prefix given as an outbox prefix.
     #[error("invalid --message-prefix {0:?}: the relay's own heartbeat messages use it; fix: choose another prefix")]
     ReservedPrefix(String),
@@ -335,6 +342,23 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
     };
     let poll = poll(args)?;
+    let exactly_once = match args.delivery {
+        DeliveryArg::AtLeastOnce => None,
+        DeliveryArg::ExactlyOnce if poll.is_some() => return Err(ConfigError::PollExactlyOnce),
+        DeliveryArg::ExactlyOnce if args.transaction_interval.is_zero() => {
+            return Err(ConfigError::ZeroTransactionInterval)
+        }
+        DeliveryArg::ExactlyOnce => Some(ExactlyOnceConfig {
+            watermark_topic: args.watermark_topic.trim().to_owned(),
+            transactional_id: args
+                .transactional_id
+                .as_deref()
+                .map(str::trim)
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned),
+            interval: args.transaction_interval,
+        }),
+    };
     let mut heartbeat = heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?;
     if poll.is_some() {
         // The heartbeat travels through a replication stream; poll mode has none.
@@ -363,6 +387,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         },
         heartbeat,
         poll,
+        exactly_once,
     })
 }
 

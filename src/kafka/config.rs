@@ -187,6 +187,32 @@ pub struct KafkaOptions {
 }
 
 impl KafkaOptions {
+    /// The options every client of the relay needs — brokers' addresses aside:
+    /// connection, security and diagnostics settings (`security.*`, `ssl.*`,
+    /// `sasl.*`, `socket.*`, …), not the producer's own, which a consumer or admin
+    /// client would warn about. As (key, value), secrets exposed: for a client's
+    /// configuration only.
+    pub fn connection_options(&self) -> impl Iterator<Item = (&str, &str)> {
+        const SHARED: &[&str] = &[
+            "security.",
+            "ssl.",
+            "sasl.",
+            "socket.",
+            "broker.",
+            "enable.ssl",
+            "reconnect.",
+            "api.version",
+            "debug",
+            "connections.",
+            "metadata.",
+            "topic.metadata",
+        ];
+        self.items
+            .iter()
+            .filter(|(key, _)| SHARED.iter().any(|p| key.starts_with(p)))
+            .map(|(key, value)| (key.as_str(), value.expose()))
+    }
+
     /// Parse `--kafka-option` values (each may hold several comma-separated options)
     /// and refuse the ones that would weaken delivery.
     pub fn parse<S: AsRef<str>>(raw: &[S]) -> Result<Self, OptionError> {

@@ -12,6 +12,8 @@
 //!   delivery reports on a channel, error classification (transient / permanent).
 //! - [`wakeup`]: [`wakeup::QueueWakeup`] — librdkafka's main queue wakes the
 //!   relay's loop (no polling thread).
+//! - [`watermark`]: [`watermark::Watermark`] — exactly-once's source position,
+//!   written in each Kafka transaction and read back at start.
 
 pub mod authz;
 pub mod config;
@@ -19,3 +21,4 @@ pub mod outage;
 pub mod probe;
 pub mod producer;
 pub mod wakeup;
+pub mod watermark;

@@ -3,8 +3,9 @@
 //! Owns the metric names (constants below) and the shared [`Metrics`] value the
 //! pipeline, the producer callback, `run` and the HTTP endpoint use. [`role`] holds
 //! the active/standby state and what `/readyz` makes of it; [`heartbeat`] what the
-//! end-to-end heartbeat saw; `process` the standard `process_*` metrics read from
-//! `/proc`.
+//! end-to-end heartbeat saw; [`poll`] and [`transactions`] the series of poll mode
+//! and of exactly-once delivery; `process` the standard `process_*` metrics read
+//! from `/proc`.
 //!
 //! Naming follows <https://prometheus.io/docs/practices/naming/>: base units
 //! (`_seconds`, `_bytes`), `_total` on counters only, one state per series for enums
@@ -47,6 +48,7 @@ pub mod heartbeat;
 pub mod poll;
 mod process;
 pub mod role;
+pub mod transactions;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -172,6 +174,8 @@ pub struct Metrics {
     pub heartbeat: heartbeat::HeartbeatState,
     /// Poll mode's series (`run --source poll`).
     pub poll: poll::PollMetrics,
+    /// Exactly-once's series (`run --delivery exactly-once`).
+    pub transactions: transactions::TransactionMetrics,
 }
 
 /// A Prometheus histogram of durations over [`LATENCY_BUCKETS`], lock-free: a
@@ -591,6 +595,7 @@ impl Metrics {
         );
         self.render_heartbeat(&mut out, scrape);
         self.poll.render(&mut out);
+        self.transactions.render(&mut out);
         self.render_identity(&mut out, scrape);
         scrape.process.render(&mut out);
         out

@@ -74,6 +74,16 @@ pub enum PipelineError {
     /// The publication stopped covering the outbox.
     #[error(transparent)]
     PublicationChanged(Box<crate::safety::publication::PublicationChanged>),
+    /// Exactly-once: a Kafka transaction could not be begun, committed or set up;
+    /// nothing past the last committed watermark was confirmed.
+    #[error(transparent)]
+    Transaction(#[from] crate::kafka::producer::TxnError),
+    /// Exactly-once: the watermark could not be read or written.
+    #[error(transparent)]
+    Watermark(#[from] crate::kafka::watermark::WatermarkError),
+    /// Exactly-once: the newest watermark cannot belong to this stream.
+    #[error("{0}; fix: if the watermark topic was copied from another cluster or the database was restored, give this relay a new --transactional-id (its events are then sent again from the slot's position); if a failover lost WAL the watermark had seen, the events past the new primary's WAL end are in Kafka but not in the database")]
+    WatermarkMismatch(#[from] crate::kafka::watermark::Mismatch),
 }
 
 impl PipelineError {
@@ -85,6 +95,12 @@ impl PipelineError {
             PipelineError::Delivery(e) => !e.permanent,
             PipelineError::Stalled(_) => true,
             PipelineError::Watch(e) => e.is_transient(),
+            PipelineError::Transaction(e) => {
+                !matches!(e, crate::kafka::producer::TxnError::Fenced { .. })
+            }
+            PipelineError::Watermark(e) => {
+                matches!(e, crate::kafka::watermark::WatermarkError::Read { .. })
+            }
             _ => false,
         }
     }

@@ -55,6 +55,7 @@
 
 pub mod deliver;
 mod error;
+pub mod exactly_once;
 pub mod latency;
 mod progress;
 pub mod record;

@@ -22,10 +22,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::PipelineError;
+use super::exactly_once::{ExactlyOnce, WATERMARK_TAG};
 use super::progress::{self, PROGRESS_INTERVAL};
 use super::relay::Relay;
 use super::{PipelineConfig, SessionStats};
-use crate::kafka::producer::{Delivery, KafkaSink};
+use crate::kafka::producer::{Delivery, KafkaSink, SendError, TxnError};
 use crate::metrics::{Metrics, Role};
 use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
@@ -33,6 +34,14 @@ use crate::pg::source::protocol::ReplicationMessage;
 use crate::pg::source::replication::ReplicationStream;
 use crate::safety::publication::{PublicationChanged, PublicationWatch, Reading, WatchError};
 use crate::state::Checkpoint;
+
+/// The commit in progress (pending without one).
+async fn committed(eos: &mut Option<ExactlyOnce>) -> Result<Lsn, TxnError> {
+    match eos {
+        Some(eos) => eos.committed().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The watch's reading in progress (pending without a watch).
 async fn finished(watch: &mut Option<PublicationWatch>) -> Result<Reading, WatchError> {
@@ -50,6 +59,7 @@ enum Step {
     Wal(Option<Result<ReplicationMessage, PgError>>),
     Progress,
     Watch(Result<Reading, WatchError>),
+    Committed(Result<Lsn, TxnError>),
 }
 
 /// How a session's loop ended without an error.
@@ -83,6 +93,8 @@ pub struct Session<'a> {
     /// The last LSN sent to the server as confirmed (at most the relay's last
     /// persisted one, [`Relay::last_reported`], and what the watch vouched for).
     server_confirmed: Lsn,
+    /// Exactly-once: the Kafka transaction and its watermark (`None`: at-least-once).
+    eos: Option<ExactlyOnce>,
 }
 
 impl<'a> Session<'a> {
@@ -110,6 +122,51 @@ impl<'a> Session<'a> {
             gauges_stale: true,
             watch: None,
             server_confirmed: Lsn::INVALID,
+            eos: None,
+        }
+    }
+
+    /// Exactly-once: send records in Kafka transactions with a watermark, skip what
+    /// the newest committed watermark holds (`skip_through`: its commit LSN), and
+    /// confirm only what a committed transaction holds.
+    pub fn exactly_once(mut self, eos: ExactlyOnce, skip_through: Lsn) -> Self {
+        self.relay.skip_through(skip_through);
+        self.eos = Some(eos);
+        self
+    }
+
+    /// What of `lsn` (acked) may be confirmed: with exactly-once, no further than
+    /// the last committed watermark while a transaction is open or committing.
+    fn capped(&self, lsn: Lsn) -> Lsn {
+        match &self.eos {
+            Some(eos) => eos.cap(lsn, self.sink.transaction_open()),
+            None => lsn,
+        }
+    }
+
+    /// Exactly-once: commit the open transaction when it is due (at a PostgreSQL
+    /// commit boundary, old or large enough, or draining): its watermark first.
+    fn maybe_commit(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = &mut self.eos else {
+            return Ok(());
+        };
+        let open = self.sink.transaction_open();
+        let produced = self.relay.stats().produced;
+        eos.note_sent(open);
+        let between = !self.relay.in_transaction() && !self.relay.waiting_for_queue();
+        if !eos.due(open, between, produced, self.relay.draining()) {
+            return Ok(());
+        }
+        let (commit_lsn, end_lsn) = self.relay.last_commit();
+        let (record, watermark) = eos.watermark(commit_lsn, end_lsn);
+        match self.sink.send(&record, WATERMARK_TAG) {
+            Ok(()) => {
+                eos.start_commit(watermark, produced);
+                Ok(())
+            }
+            // Tried again at the next tick.
+            Err(SendError::QueueFull) => Ok(()),
+            Err(SendError::Refused(err)) => Err(PipelineError::Delivery(err)),
         }
     }
 
@@ -135,11 +192,14 @@ impl<'a> Session<'a> {
         self.metrics.set_replication_connected(false);
         if let Ok(End::Drained { deadline }) = result {
             self.flush(deadline);
+            if let Err(err) = self.commit_at_end() {
+                result = Err(err);
+            }
         }
         let mut stats = self.relay.stats().clone();
         stats.drain_timed_out = matches!(result, Ok(End::TimedOut));
         // Whatever happened, tell the server what is safely delivered (once on disk).
-        let confirmed = self.relay.confirmed();
+        let confirmed = self.capped(self.relay.confirmed());
         match self.checkpoint.persist(confirmed).await {
             Ok(()) => {
                 let (vouched, finding) = self.vouch_at_end(confirmed, &result).await;
@@ -166,10 +226,13 @@ impl<'a> Session<'a> {
         let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
         progress.reset();
         loop {
-            if let Some(deadline) = drain_deadline.filter(|_| self.relay.is_drained()) {
+            let committing = self.eos.as_ref().is_some_and(ExactlyOnce::committing);
+            if let Some(deadline) =
+                drain_deadline.filter(|_| self.relay.is_drained() && !committing)
+            {
                 return Ok(End::Drained { deadline });
             }
-            let can_read = self.relay.can_read();
+            let can_read = self.relay.can_read() && !committing;
             let ticking = drain_deadline.is_some() || self.has_tick_work();
             let reading = self.watch.as_ref().is_some_and(PublicationWatch::reading);
             let step = tokio::select! {
@@ -187,6 +250,8 @@ impl<'a> Session<'a> {
                 _ = progress.tick() => Step::Progress,
                 // PRIORITY 6: the publication watch's reading came back.
                 reading = finished(&mut self.watch), if reading => Step::Watch(reading),
+                // Exactly-once: the transaction's commit came back.
+                result = committed(&mut self.eos), if committing => Step::Committed(result),
             };
             match step {
                 Step::Shutdown => {
@@ -195,11 +260,22 @@ impl<'a> Session<'a> {
                     self.relay.start_drain();
                 }
                 Step::Delivery(None) | Step::Wal(None) => return Err(PipelineError::StreamClosed),
-                Step::Delivery(Some(delivery)) => self.on_deliveries(delivery)?,
+                Step::Delivery(Some(delivery)) => {
+                    self.on_deliveries(delivery)?;
+                    self.maybe_commit()?;
+                }
+                Step::Committed(result) => {
+                    result?;
+                    self.sink.transaction_ended();
+                    self.gauges_stale = true;
+                }
                 Step::Tick => {
                     self.report_status().await?;
                     self.check_stall()?;
-                    self.relay.retry_pending(&mut *self.sink)?;
+                    if !committing {
+                        self.relay.retry_pending(&mut *self.sink)?;
+                    }
+                    self.maybe_commit()?;
                     if drain_deadline.is_some_and(|d| Instant::now() >= d) {
                         progress::drain_timed_out(&self.relay);
                         return Ok(End::TimedOut);
@@ -207,7 +283,10 @@ impl<'a> Session<'a> {
                 }
                 Step::Progress => progress::log(&self.relay),
                 Step::Wal(Some(Err(err))) => return Err(err.into()),
-                Step::Wal(Some(Ok(message))) => self.on_wal_batch(message)?,
+                Step::Wal(Some(Ok(message))) => {
+                    self.on_wal_batch(message)?;
+                    self.maybe_commit()?;
+                }
                 Step::Watch(reading) => self.on_reading(reading)?,
             }
         }
@@ -223,17 +302,41 @@ impl<'a> Session<'a> {
             || self.relay.tracker().in_flight_records() > 0
             || self.relay.waiting_for_queue()
             || self.relay.to_report().is_some()
+            || self.sink.transaction_open()
     }
 
     /// `first` and every report that is ready, in one go; then the record waiting
     /// for queue space, if any.
     fn on_deliveries(&mut self, first: Delivery) -> Result<(), PipelineError> {
         self.gauges_stale = true;
-        self.relay.on_delivery(&mut *self.sink, first)?;
+        self.on_delivery(first)?;
         while let Some(more) = self.sink.try_next_delivery() {
-            self.relay.on_delivery(&mut *self.sink, more)?;
+            self.on_delivery(more)?;
+        }
+        if self.eos.as_ref().is_some_and(ExactlyOnce::committing) {
+            return Ok(()); // nothing is sent while a commit runs
         }
         self.relay.retry_pending(&mut *self.sink)
+    }
+
+    /// One report to the core. With exactly-once, a watermark's report is the
+    /// commit's business, and any failed record ends the session: the transaction
+    /// cannot commit, and the next session's `init_transactions` aborts it (a
+    /// record the broker refuses for good stops the relay instead of redoing the
+    /// transaction forever).
+    fn on_delivery(&mut self, delivery: Delivery) -> Result<(), PipelineError> {
+        if self.eos.is_some() {
+            if delivery.tag == WATERMARK_TAG {
+                return match delivery.result {
+                    Ok(()) => Ok(()),
+                    Err(err) => Err(PipelineError::Delivery(err)),
+                };
+            }
+            if let Err(err) = delivery.result {
+                return Err(PipelineError::Delivery(err));
+            }
+        }
+        self.relay.on_delivery(&mut *self.sink, delivery)
     }
 
     /// `first` and what is already queued, without another round of the select
@@ -269,8 +372,11 @@ impl<'a> Session<'a> {
     /// definition as `pgoutbox status`, see [`crate::metrics`]).
     async fn report_status(&mut self) -> Result<(), PipelineError> {
         if let Some(lsn) = self.relay.to_report() {
-            self.checkpoint.persist(lsn).await?;
-            self.relay.reported(lsn);
+            let lsn = self.capped(lsn);
+            if lsn > self.relay.last_reported() {
+                self.checkpoint.persist(lsn).await?;
+                self.relay.reported(lsn);
+            }
         }
         self.confirm_vouched();
         self.gauges_stale = false;
@@ -390,6 +496,34 @@ impl<'a> Session<'a> {
             );
         }
         Err(PipelineError::Stalled(Box::new(stall)))
+    }
+
+    /// Exactly-once, after a completed drain: commit what is open (its watermark
+    /// first), so the final confirmation covers it.
+    fn commit_at_end(&mut self) -> Result<(), PipelineError> {
+        let Some(eos) = &mut self.eos else {
+            return Ok(());
+        };
+        if !self.sink.transaction_open() || self.relay.in_transaction() {
+            return Ok(());
+        }
+        let (commit_lsn, end_lsn) = self.relay.last_commit();
+        let (record, watermark) = eos.watermark(commit_lsn, end_lsn);
+        self.sink
+            .send(&record, WATERMARK_TAG)
+            .map_err(|e| match e {
+                SendError::Refused(err) => PipelineError::Delivery(err),
+                SendError::QueueFull => PipelineError::StreamClosed,
+            })?;
+        let produced = self.relay.stats().produced;
+        let commit = || eos.commit_now(watermark, produced);
+        let result = match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(commit),
+            _ => commit(),
+        };
+        result?;
+        self.sink.transaction_ended();
+        Ok(())
     }
 
     /// After a completed drain nothing of this session is left in librdkafka, but a

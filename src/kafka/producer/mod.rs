@@ -51,14 +51,24 @@
 //!   ([`is_permanent`], [`is_too_large`]);
 //! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
 //!   and the one-poller-at-a-time serving of the main queue;
-//! - `rounds`: which records wait for the round in flight, and for how long.
+//! - `rounds`: which records wait for the round in flight, and for how long;
+//! - `transactions`: an exactly-once producer's blocking transactional calls
+//!   ([`Transactions`]) and how their failures are classified ([`TxnError`]).
+//!
+//! A producer configured with a `transactional.id` is *transactional*: `send`
+//! begins a Kafka transaction before the first record after a commit or abort
+//! ([`KafkaSink::transaction_open`]), and the caller ends it with
+//! [`Transactions::commit`] or [`Transactions::abort`] on a thread of its own,
+//! then [`KafkaSink::transaction_ended`].
 
 mod context;
 mod outcome;
 mod rounds;
+mod transactions;
 
 pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
 pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
+pub use transactions::{Transactions, TxnError};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -124,6 +134,9 @@ pub struct KafkaSink {
     current: Arc<Mutex<Arc<Polled>>>,
     /// What is logged of broker errors, across renewals.
     outage: Arc<Outage>,
+    /// A transactional producer's id and whether a transaction is open (`None`:
+    /// not transactional).
+    txn: Option<(String, bool)>,
 }
 
 impl KafkaSink {
@@ -145,7 +158,67 @@ impl KafkaSink {
             config: config.clone(),
             metrics,
             outage,
+            txn: config
+                .get("transactional.id")
+                .map(|id| (id.to_owned(), false)),
         })
+    }
+
+    /// Make the producer transactional with `id` (exactly-once), on a fresh
+    /// producer: `init_transactions` may be called once per producer, and each
+    /// session starts with it. Records fail after `transaction.timeout.ms` (default
+    /// 60 s) instead of waiting forever: the transaction could not commit anyway.
+    pub fn make_transactional(&mut self, id: &str) -> Result<(), CreateError> {
+        self.config.set("transactional.id", id);
+        let timeout = self
+            .config
+            .get("transaction.timeout.ms")
+            .unwrap_or("60000")
+            .to_owned();
+        self.config.set("message.timeout.ms", timeout);
+        self.txn = Some((id.to_owned(), false));
+        self.renew()
+    }
+
+    /// The transactional calls of the current producer (`None` unless it has a
+    /// `transactional.id`).
+    pub fn transactions(&self) -> Option<Transactions> {
+        let (id, _) = self.txn.as_ref()?;
+        Some(Transactions {
+            polled: self.polled.clone(),
+            scrubber: self.scrubber.clone(),
+            id: id.clone(),
+        })
+    }
+
+    /// Whether a Kafka transaction is open (a record was sent since the last commit
+    /// or abort).
+    pub fn transaction_open(&self) -> bool {
+        self.txn.as_ref().is_some_and(|(_, open)| *open)
+    }
+
+    /// The open transaction was committed or aborted: the next `send` begins one.
+    pub fn transaction_ended(&mut self) {
+        if let Some((_, open)) = &mut self.txn {
+            *open = false;
+        }
+    }
+
+    /// Begin a transaction unless one is open (transactional producers only).
+    fn begin_if_needed(&mut self, record: &KafkaRecord) -> Result<(), SendError> {
+        let Some((_, open)) = &self.txn else {
+            return Ok(());
+        };
+        if *open {
+            return Ok(());
+        }
+        if let Err(err) = self.polled.producer.begin_transaction() {
+            return Err(SendError::Refused(self.refusal(&err, record)));
+        }
+        if let Some((_, open)) = &mut self.txn {
+            *open = true;
+        }
+        Ok(())
     }
 
     fn create(
@@ -194,6 +267,7 @@ impl KafkaSink {
         self.reports = reports;
         self.held.clear();
         self.held_bytes = 0;
+        self.transaction_ended();
         // Dropping a producer purges it, waits up to 500 ms and joins librdkafka's
         // threads: not on the caller's (async) thread. The thread ends by itself
         // within that bound, so it is not joined.
@@ -219,6 +293,7 @@ impl KafkaSink {
     /// with the next round; a refusal of a held record then arrives as that
     /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
+        self.begin_if_needed(record)?;
         let hold = self.rounds
             && record.size() < HOLD_BELOW
             && (!self.held.is_empty() || self.round_in_flight());

@@ -175,6 +175,9 @@ impl Relay<'_> {
         if !cfg.accepts(&message.prefix) {
             return Ok(());
         }
+        if self.skipped(message.lsn) {
+            return Ok(()); // exactly-once: in Kafka already
+        }
         if message.flags & LogicalMessage::TRANSACTIONAL != 0 {
             let Some(txn) = &self.txn else {
                 // Outside Begin/Commit only with streaming, which is never enabled.
@@ -200,6 +203,7 @@ impl Relay<'_> {
                 let no = self.deliver.begin(timestamp::now_pg_micros());
                 let result = self.relay_message(sink, message, no, timestamp::now_pg_micros());
                 self.deliver.commit(no, message.lsn)?;
+                self.last_commit = (message.lsn, message.lsn);
                 result
             }
         }

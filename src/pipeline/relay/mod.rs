@@ -56,6 +56,9 @@ use crate::pg::source::protocol::ReplicationMessage;
 struct Txn {
     no: Unit,
     commit_time: i64,
+    /// Already in Kafka (exactly-once: at or below the newest committed
+    /// watermark): its rows are not sent again.
+    skip: bool,
 }
 
 /// The decisions of one replication session.
@@ -75,6 +78,11 @@ pub struct Relay<'a> {
     reported: Lsn,
     /// Logical decoding messages: the mapping of the last field set, counters.
     messages: message::Messages,
+    /// Exactly-once: transactions committing at or below this LSN are in Kafka
+    /// already (the newest committed watermark); `0/0` skips nothing.
+    skip_through: Lsn,
+    /// The commit LSN and end LSN of the last transaction whose Commit was handled.
+    last_commit: (Lsn, Lsn),
 }
 
 impl<'a> Relay<'a> {
@@ -91,6 +99,35 @@ impl<'a> Relay<'a> {
             draining: false,
             reported: Lsn::INVALID,
             messages: message::Messages::default(),
+            skip_through: Lsn::INVALID,
+            last_commit: (Lsn::INVALID, Lsn::INVALID),
+        }
+    }
+
+    /// Exactly-once: send nothing of the transactions that commit at or below
+    /// `lsn` (the newest committed watermark's commit LSN), nor of the
+    /// non-transactional messages written there or before.
+    pub fn skip_through(&mut self, lsn: Lsn) {
+        self.skip_through = lsn;
+    }
+
+    /// The commit LSN and end LSN of the last transaction whose Commit was handled
+    /// (`0/0` before any).
+    pub fn last_commit(&self) -> (Lsn, Lsn) {
+        self.last_commit
+    }
+
+    /// Whether a transaction is open (its Commit not handled yet).
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Whether the transaction being read is skipped (see [`Self::skip_through`]),
+    /// or, outside one, a non-transactional message at `lsn` is.
+    pub(super) fn skipped(&self, lsn: Lsn) -> bool {
+        match &self.txn {
+            Some(txn) => txn.skip,
+            None => !self.skip_through.is_invalid() && lsn <= self.skip_through,
         }
     }
 
@@ -145,6 +182,11 @@ impl<'a> Relay<'a> {
             && self
                 .deliver
                 .can_take(self.cfg.max_in_flight_records, self.cfg.max_in_flight_bytes)
+    }
+
+    /// Whether the session drains (reads no more WAL).
+    pub fn draining(&self) -> bool {
+        self.draining
     }
 
     /// Draining and nothing is in flight any more.
@@ -227,12 +269,14 @@ impl<'a> Relay<'a> {
                 self.txn = Some(Txn {
                     no,
                     commit_time: begin.commit_time,
+                    skip: !self.skip_through.is_invalid() && begin.final_lsn <= self.skip_through,
                 });
             }
             PgOutputMessage::Commit(commit) => {
                 if let Some(txn) = self.txn.take() {
                     self.deliver.commit(txn.no, commit.end_lsn)?;
                 }
+                self.last_commit = (commit.commit_lsn, commit.end_lsn);
             }
             PgOutputMessage::Relation(relation) => {
                 if let Err(missing) = self.tables.on_relation(&relation) {
@@ -273,6 +317,9 @@ impl<'a> Relay<'a> {
                     relid: insert.relation_id,
                 })?;
         let Some(txn) = &self.txn else { return Ok(()) };
+        if txn.skip {
+            return Ok(());
+        }
         let (no, commit_time) = (txn.no, txn.commit_time);
         let built = record::row(
             self.cfg,

@@ -1,0 +1,129 @@
+//! [`Transactions`]: the transactional calls of an exactly-once producer, for a
+//! thread of their own (they block: `init_transactions` for as long as the
+//! coordinator finishes the previous producer's transaction, `commit_transaction`
+//! for as long as every record of the transaction takes to be acked).
+//!
+//! Invariants: a commit or abort serves the producer's main queue while it waits
+//! (librdkafka flushes first) and holds the sink's serving lock for that time, so
+//! delivery reports still reach the channel one poller at a time, in order; every
+//! failure is classified once ([`TxnError`]): *fenced* (another relay took the
+//! transactional id over: this one must stop), *abortable* (the transaction is
+//! lost, the producer goes on after an abort), or *fatal* (the producer is done).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer;
+
+use super::context::Polled;
+use crate::kafka::config::Scrubber;
+
+/// Why a transactional call failed, in the terms the session acts on.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TxnError {
+    /// Another producer with the same transactional id started: this relay is a
+    /// zombie and must stop writing.
+    #[error("this relay was fenced: another producer started with transactional id {id:?} ({reason}); another relay holds the slot now")]
+    Fenced { id: String, reason: String },
+    /// The transaction cannot commit; abort it and write it again.
+    #[error("the kafka transaction failed and must be aborted: {reason} ({code:?})")]
+    Abortable {
+        code: RDKafkaErrorCode,
+        reason: String,
+    },
+    /// The producer cannot go on (a new one must be made), or the call timed out.
+    #[error("the kafka transaction call failed: {reason} ({code:?})")]
+    Failed {
+        code: RDKafkaErrorCode,
+        reason: String,
+        /// librdkafka raised a fatal error: only a new producer can go on.
+        fatal: bool,
+    },
+}
+
+impl TxnError {
+    fn classify(id: &str, scrubber: &Scrubber, err: &KafkaError) -> Self {
+        let reason = scrubber.scrub(&err.to_string());
+        let (code, fatal, abortable) = match err {
+            KafkaError::Transaction(e) => (e.code(), e.is_fatal(), e.txn_requires_abort()),
+            other => (
+                other.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+                false,
+                false,
+            ),
+        };
+        if matches!(
+            code,
+            RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
+        ) || (fatal && reason.to_ascii_lowercase().contains("fenced"))
+        {
+            return TxnError::Fenced {
+                id: id.to_owned(),
+                reason,
+            };
+        }
+        if abortable {
+            return TxnError::Abortable { code, reason };
+        }
+        TxnError::Failed {
+            code,
+            reason,
+            fatal,
+        }
+    }
+}
+
+/// The transactional calls of one producer (cheap to clone; follows no renewal:
+/// take a new one after [`KafkaSink::renew`](super::KafkaSink::renew)).
+#[derive(Clone)]
+pub struct Transactions {
+    pub(super) polled: Arc<Polled>,
+    pub(super) scrubber: Scrubber,
+    pub(super) id: String,
+}
+
+impl Transactions {
+    /// The producer's transactional id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `init_transactions`: fences every earlier producer of the id and finishes
+    /// its open transaction (committed if it was committing, else aborted).
+    /// Blocking.
+    pub fn init(&self, timeout: Duration) -> Result<(), TxnError> {
+        self.polled
+            .producer
+            .init_transactions(timeout)
+            .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
+    }
+
+    /// `commit_transaction`: flush (serving delivery reports to the channel), then
+    /// commit. Blocking.
+    pub fn commit(&self, timeout: Duration) -> Result<(), TxnError> {
+        let _serving = self
+            .polled
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.polled
+            .producer
+            .commit_transaction(timeout)
+            .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
+    }
+
+    /// `abort_transaction`: its records are never visible to `read_committed`
+    /// readers. Blocking.
+    pub fn abort(&self, timeout: Duration) -> Result<(), TxnError> {
+        let _serving = self
+            .polled
+            .serving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.polled
+            .producer
+            .abort_transaction(timeout)
+            .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
+    }
+}

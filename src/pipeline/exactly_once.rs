@@ -1,0 +1,357 @@
+//! Exactly-once in a session ([`ExactlyOnce`]): when the open Kafka transaction
+//! commits, what its watermark says, and how far the slot may follow.
+//!
+//! ```text
+//!  records of PG txns T1..Tn ─▶ open Kafka transaction (begun by the sink's first send)
+//!  at a PG commit boundary, once it is --transaction-interval old or holds
+//!  MAX_RECORDS records (or the session drains):
+//!     watermark{commit_lsn(Tn), end_lsn(Tn)} ─▶ same transaction ─▶ commit (off-thread)
+//!     committed ─▶ the slot may be confirmed up to end_lsn(Tn)
+//! ```
+//!
+//! Invariants: a PostgreSQL transaction is never split between two Kafka
+//! transactions (a commit starts only between them, so the watermark's commit LSN
+//! says exactly which transactions are in Kafka); while a Kafka transaction is open
+//! or committing, the slot is confirmed at most to the end LSN of the last
+//! committed watermark ([`ExactlyOnce::cap`]) — acks of records in an uncommitted
+//! transaction vouch for nothing; no record is sent while a commit runs; a failed
+//! commit ends the session (the next one's `init_transactions` aborts what is left
+//! and resumes after the newest committed watermark).
+
+use std::time::{Duration, Instant};
+
+use crate::kafka::producer::{Transactions, TxnError};
+use crate::kafka::watermark::Watermark;
+use crate::outbox::record::KafkaRecord;
+use crate::pg::lsn::Lsn;
+
+/// Records in one Kafka transaction before it commits at the next PostgreSQL
+/// commit, whatever its age.
+pub const MAX_RECORDS: u64 = 10_000;
+
+/// How long a commit may take before the session gives up on it (and the next
+/// one aborts the transaction).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The delivery tag of a watermark record: the relay core never sees its report
+/// (the commit's own result is what counts).
+pub const WATERMARK_TAG: usize = usize::MAX;
+
+/// `--delivery exactly-once` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExactlyOnceConfig {
+    /// `--watermark-topic`.
+    pub watermark_topic: String,
+    /// `--transactional-id` (default derived from the server, database and slot).
+    pub transactional_id: Option<String>,
+    /// `--transaction-interval`.
+    pub interval: Duration,
+}
+
+impl ExactlyOnceConfig {
+    /// The transactional id: the one given, or `pgoutbox-<system id>-<db>-<slot>`.
+    pub fn transactional_id(&self, system_id: &str, database: &str, slot: &str) -> String {
+        self.transactional_id
+            .clone()
+            .unwrap_or_else(|| format!("pgoutbox-{system_id}-{database}-{slot}"))
+    }
+}
+
+/// A commit in progress on a blocking thread.
+type Committing = tokio::task::JoinHandle<Result<(), TxnError>>;
+
+/// The exactly-once state of one session.
+pub struct ExactlyOnce {
+    interval: Duration,
+    topic: String,
+    txns: Transactions,
+    /// What every watermark of this session says besides its LSNs.
+    stamp: Watermark,
+    /// End LSN of the newest committed watermark: the slot may follow up to here
+    /// while a transaction is open.
+    committed_end: Lsn,
+    /// When the open transaction got its first record (seen).
+    opened: Option<Instant>,
+    /// The session's count of records handed over when the last transaction
+    /// began committing (so the open one holds the rest, its watermark aside).
+    produced_before: u64,
+    /// The commit in progress, the watermark it carries, when it began and the
+    /// records of its transaction.
+    committing: Option<(Committing, Watermark, Instant, u64)>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl ExactlyOnce {
+    /// The state of a session resuming after `newest` (the newest committed
+    /// watermark, if any), confirmed by the slot up to `slot_confirmed`.
+    pub fn new(
+        cfg: &ExactlyOnceConfig,
+        txns: Transactions,
+        stamp: Watermark,
+        slot_confirmed: Lsn,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        metrics.transactions.enable();
+        Self {
+            metrics,
+            interval: cfg.interval,
+            topic: cfg.watermark_topic.clone(),
+            committed_end: slot_confirmed.max(stamp.end_lsn),
+            txns,
+            stamp,
+            opened: None,
+            produced_before: 0,
+            committing: None,
+        }
+    }
+
+    /// The highest LSN the slot may be confirmed to, of `confirmable` (the relay's
+    /// acked low-water mark), while a transaction is `open`.
+    pub fn cap(&self, confirmable: Lsn, open: bool) -> Lsn {
+        if open || self.committing.is_some() {
+            confirmable.min(self.committed_end)
+        } else {
+            confirmable
+        }
+    }
+
+    /// Whether a commit is running (no record may be sent meanwhile).
+    pub fn committing(&self) -> bool {
+        self.committing.is_some()
+    }
+
+    /// Note the session's produced count whenever records may have been sent:
+    /// the first one after a commit opens the clock of the transaction.
+    pub fn note_sent(&mut self, open: bool) {
+        if open && self.opened.is_none() {
+            self.opened = Some(Instant::now());
+        }
+    }
+
+    /// Whether the open transaction should commit now: it is open, no commit runs,
+    /// the relay is between PostgreSQL transactions, and it is old or large enough
+    /// (or the session drains).
+    pub fn due(&self, open: bool, between: bool, produced: u64, draining: bool) -> bool {
+        let Some(since) = self.opened else {
+            return false;
+        };
+        open && between
+            && self.committing.is_none()
+            && (draining
+                || since.elapsed() >= self.interval
+                || self.records(produced) >= MAX_RECORDS)
+    }
+
+    /// The watermark record for a transaction whose last PostgreSQL transaction
+    /// committed at `commit_lsn` and ended at `end_lsn`.
+    pub fn watermark(&self, commit_lsn: Lsn, end_lsn: Lsn) -> (KafkaRecord, Watermark) {
+        let watermark = Watermark {
+            commit_lsn,
+            end_lsn,
+            ..self.stamp.clone()
+        };
+        let record = KafkaRecord {
+            topic: self.topic.clone(),
+            key: Some(bytes::Bytes::from(self.txns.id().to_owned())),
+            value: Some(bytes::Bytes::from(watermark.encode())),
+            id: None,
+            event_type: None,
+            placed: Vec::new(),
+            timestamp_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            headers: Vec::new(),
+        };
+        (record, watermark)
+    }
+
+    /// Start committing, `watermark` sent in the transaction; `produced` is the
+    /// session's count of records handed over so far.
+    pub fn start_commit(&mut self, watermark: Watermark, produced: u64) {
+        failpoint("before-kafka-commit");
+        let txns = self.txns.clone();
+        let handle = tokio::task::spawn_blocking(move || txns.commit(COMMIT_TIMEOUT));
+        let records = self.records(produced);
+        self.produced_before = produced;
+        self.committing = Some((handle, watermark, Instant::now(), records));
+    }
+
+    /// Records of the open transaction, of the session's `produced` so far.
+    fn records(&self, produced: u64) -> u64 {
+        produced.saturating_sub(self.produced_before)
+    }
+
+    /// The commit's result (pending while none runs). Cancel-safe.
+    pub async fn committed(&mut self) -> Result<Lsn, TxnError> {
+        let Some((handle, ..)) = &mut self.committing else {
+            return std::future::pending().await;
+        };
+        let result = match handle.await {
+            Ok(result) => result,
+            Err(join) => Err(TxnError::Failed {
+                code: rdkafka::error::RDKafkaErrorCode::Fail,
+                reason: format!("the commit's thread failed: {join}"),
+                fatal: false,
+            }),
+        };
+        let (_, watermark, began, records) = self.committing.take().expect("a commit was running");
+        self.ended(result, &watermark, began, records)
+    }
+
+    /// Commit synchronously at the end of a session (a completed drain).
+    pub fn commit_now(&mut self, watermark: Watermark, produced: u64) -> Result<Lsn, TxnError> {
+        let (began, records) = (Instant::now(), self.records(produced));
+        self.produced_before = produced;
+        let result = self.txns.commit(COMMIT_TIMEOUT);
+        self.ended(result, &watermark, began, records)
+    }
+
+    /// A commit of `records` records with `watermark`, begun at `began`, ended.
+    fn ended(
+        &mut self,
+        result: Result<(), TxnError>,
+        watermark: &Watermark,
+        began: Instant,
+        records: u64,
+    ) -> Result<Lsn, TxnError> {
+        if let Err(err) = result {
+            self.metrics.transactions.failed();
+            return Err(err);
+        }
+        failpoint("after-kafka-commit");
+        self.metrics
+            .transactions
+            .committed(records, began.elapsed());
+        self.committed_end = self.committed_end.max(watermark.end_lsn);
+        self.opened = None;
+        Ok(watermark.end_lsn)
+    }
+}
+
+/// Crash points for tests of what a crash at a named step leaves behind:
+/// `PGOUTBOX_FAILPOINT=<name>:<n>` aborts the process (as kill -9 would, no drain)
+/// the n-th time the step is reached, after printing `failpoint <name> hit` to
+/// stderr. Steps: `before-kafka-commit` (the watermark is in the transaction, the
+/// commit not begun), `after-kafka-commit` (committed, the slot not confirmed).
+/// Unset (always, outside tests): one check of a value read once.
+fn failpoint(name: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static REACHED: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let value = std::env::var("PGOUTBOX_FAILPOINT").ok()?;
+        let (step, n) = value.split_once(':')?;
+        Some((step.to_owned(), n.parse().ok()?))
+    });
+    let Some((step, n)) = armed else { return };
+    if step == name && REACHED.fetch_add(1, Ordering::Relaxed) + 1 == *n {
+        eprintln!("failpoint {name} hit");
+        std::process::abort();
+    }
+}
+
+/// How long the set-up calls of a session may take: `init_transactions` (which
+/// waits for the coordinator to finish the previous producer's transaction) and
+/// reading the watermark topic.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a session starts from: what it skips and what it confirms up to.
+pub struct Start {
+    /// The session's exactly-once state.
+    pub state: ExactlyOnce,
+    /// Commit LSN of the newest committed watermark (`0/0`: none): transactions
+    /// committing at or below it are in Kafka already.
+    pub skip_through: Lsn,
+}
+
+/// What a session's set-up needs of the stream and the relay.
+pub struct Stream<'a> {
+    /// The server's system identifier.
+    pub system_id: &'a str,
+    /// Its timeline.
+    pub timeline: u32,
+    /// Its WAL end (a watermark past it cannot be this stream's).
+    pub wal_end: Lsn,
+    /// The database.
+    pub database: &'a str,
+    /// The slot (acquired: the stream started).
+    pub slot: &'a str,
+    /// The slot's confirmed position.
+    pub slot_confirmed: Lsn,
+}
+
+/// Set a session up for exactly-once, once its slot is acquired (a standby relay
+/// never gets here, so it never fences the active one): a fresh transactional
+/// producer, `init_transactions` (fences any zombie and finishes its
+/// transaction), the watermark topic (created compacted when missing), the newest
+/// watermark read with `read_committed` and judged against the server.
+pub async fn start(
+    cfg: &ExactlyOnceConfig,
+    sink: &mut crate::kafka::producer::KafkaSink,
+    reader: rdkafka::ClientConfig,
+    stream: &Stream<'_>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) -> Result<Start, super::PipelineError> {
+    use crate::kafka::watermark;
+
+    let id = cfg.transactional_id(stream.system_id, stream.database, stream.slot);
+    sink.make_transactional(&id).map_err(|e| TxnError::Failed {
+        code: rdkafka::error::RDKafkaErrorCode::Fail,
+        reason: e.to_string(),
+        fatal: false,
+    })?;
+    let txns = sink
+        .transactions()
+        .expect("the sink was just made transactional");
+    let init = txns.clone();
+    blocking(move || init.init(SETUP_TIMEOUT)).await??;
+    watermark::ensure_topic(&reader, &cfg.watermark_topic, SETUP_TIMEOUT).await?;
+    let (topic, key) = (cfg.watermark_topic.clone(), id.clone());
+    let newest =
+        blocking(move || watermark::read_newest(&reader, &topic, &key, SETUP_TIMEOUT)).await??;
+    if let Some(found) = &newest {
+        found.judge(stream.system_id, stream.timeline, stream.wal_end)?;
+    }
+    let skip_through = newest.as_ref().map_or(Lsn::INVALID, |w| w.commit_lsn);
+    match &newest {
+        Some(found) => tracing::info!(
+            transactional_id = %id,
+            watermark_topic = %cfg.watermark_topic,
+            watermark_commit_lsn = %found.commit_lsn,
+            watermark_end_lsn = %found.end_lsn,
+            slot_confirmed = %stream.slot_confirmed,
+            "exactly-once: resuming after the newest committed watermark (transactions committed at or below it are in Kafka and are skipped)"
+        ),
+        None => tracing::info!(
+            transactional_id = %id,
+            watermark_topic = %cfg.watermark_topic,
+            "exactly-once: no watermark yet for this relay; streaming from the slot"
+        ),
+    }
+    let stamp = Watermark {
+        system_id: stream.system_id.to_owned(),
+        timeline: stream.timeline,
+        database: stream.database.to_owned(),
+        slot: stream.slot.to_owned(),
+        commit_lsn: skip_through,
+        end_lsn: newest.as_ref().map_or(Lsn::INVALID, |w| w.end_lsn),
+    };
+    Ok(Start {
+        state: ExactlyOnce::new(cfg, txns, stamp, stream.slot_confirmed, metrics),
+        skip_through,
+    })
+}
+
+/// Run a blocking call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TxnError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|join| TxnError::Failed {
+            code: rdkafka::error::RDKafkaErrorCode::Fail,
+            reason: format!("a blocking call failed: {join}"),
+            fatal: false,
+        })
+}
