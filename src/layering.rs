@@ -146,6 +146,34 @@ mod tests {
         assert!(graph["exit"].is_empty(), "exit is a leaf: {graph:?}");
     }
 
+    /// Every top-level module of the crate (`src/<m>.rs` or `src/<m>/`).
+    fn top_level_modules() -> Vec<String> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut modules: Vec<String> = std::fs::read_dir(&src)
+            .expect("listing src")
+            .filter_map(|entry| {
+                let path = entry.expect("directory entry").path();
+                let name = path.file_stem()?.to_str()?.to_owned();
+                let module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
+                (module && !matches!(name.as_str(), "lib" | "main")).then_some(name)
+            })
+            .collect();
+        modules.sort();
+        modules.dedup();
+        modules
+    }
+
+    /// Rooms depend one way: no top-level module reaches itself through others
+    /// (`run` owns its supervisor for this reason).
+    #[test]
+    fn top_level_modules_form_no_cycle() {
+        let modules = top_level_modules();
+        assert!(modules.len() > 20, "modules found: {modules:?}");
+        let names: Vec<&str> = modules.iter().map(String::as_str).collect();
+        let graph = import_graph(&names);
+        assert_eq!(find_cycle(&graph), None, "import graph: {graph:?}");
+    }
+
     #[test]
     fn a_cycle_is_found_and_a_chain_is_not() {
         let graph = |edges: &[(&str, &str)]| {

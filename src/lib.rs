@@ -36,7 +36,9 @@
 //!   `select!` loop) and the per-transaction ack tracker.
 //! - [`poll`]: `run --source poll`, the polling relay for servers without logical
 //!   replication (claim, mark, NOTIFY wake-up, advisory lock, backlog).
-//! - [`run`]: `pgoutbox run`, the service: setup, reconnects, hot standby.
+//! - [`run`]: `pgoutbox run`, the service: setup, hot standby, and
+//!   [`run::supervisor`], the one reconnect loop every session kind (logical,
+//!   poll) runs under: back-off, standby, role, producer renewal, session metrics.
 //! - [`state`]: the state file, the last confirmed LSN on local disk.
 //! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost,
 //!   promoted, …) and where a session resumes ([`safety::resume`]).
@@ -44,8 +46,6 @@
 //! - [`replay`]: `pgoutbox replay`, events still in the outbox table sent again
 //!   (by time or id) through the relay's record path, marked `pgoutbox.replay`.
 //! - [`setup`]: `pgoutbox setup`, publication + slot, idempotent.
-//! - [`supervisor`]: the one reconnect loop every session kind (logical, poll)
-//!   runs under: back-off, standby, role, producer renewal, session metrics.
 //! - [`ops`]: `check`, `status`, `teardown`.
 //! - [`task`]: named background tasks, joined at shutdown.
 
@@ -71,6 +71,5 @@ pub mod safety;
 pub mod secret;
 pub mod setup;
 pub mod state;
-pub mod supervisor;
 pub mod tail;
 pub mod task;

@@ -29,7 +29,7 @@
 //! With `--source poll` ([`crate::poll`]) the same producer, mapping and reconnect
 //! loop relay by polling the outbox table instead: no publication, no slot, no
 //! state file; the table's advisory lock decides which relay is active. Both kinds
-//! are [`Source`]s of the one reconnect loop, [`crate::supervisor::supervise`]
+//! are [`Source`]s of the one reconnect loop, [`supervisor::supervise`]
 //! (back-off, standby, role, producer generation, session metrics).
 
 use std::sync::Arc;
@@ -54,8 +54,11 @@ use crate::pipeline::exactly_once;
 use crate::pipeline::{PipelineConfig, PipelineError, Session, SessionStats};
 use crate::safety::publication::PublicationWatch;
 use crate::safety::{Resume, SafetyConfig, SafetyError, SlotGuard, SlotReason};
-use crate::supervisor::{retry, supervise, Lines, Source};
 use crate::task::Tasks;
+
+use self::supervisor::{retry, supervise, Lines, Source};
+
+pub mod supervisor;
 
 /// How long one producer probe waits for a broker's answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);

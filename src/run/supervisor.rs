@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::RunError;
 use crate::kafka::producer::{is_permanent, KafkaSink};
 use crate::metrics::{Metrics, Role};
 use crate::pipeline::PipelineError;
-use crate::run::RunError;
 
 /// A session that lasted this long resets the back-off: the next failure is new.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
