@@ -347,6 +347,7 @@ async fn check(args: CheckArgs, overrides: &TableOverrides) -> anyhow::Result<()
         templates,
         message_prefixes: source.message_prefixes.clone(),
         messages_only: source.messages_only,
+        delivery: config::delivery(&args.delivery, args.kind.kind == SourceKind::Poll)?,
     };
     let report = pgoutbox::ops::check::check(&input).await;
     if args.json {

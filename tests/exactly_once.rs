@@ -338,3 +338,105 @@ fn a_watermark_topic_that_is_not_compacted_stops_the_relay_with_the_command() {
         "nothing streamed before the stop: {stderr}"
     );
 }
+
+#[test]
+fn check_and_tail_say_which_delivery_mode_is_in_force() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let topic = watermark_topic(&db);
+    let url = db.url();
+    let addr = broker.addr();
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--database-url",
+            url.as_str(),
+            "--slot",
+            db.name.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        let mut p = Pgoutbox::spawn(&args);
+        let status = p.wait_exit(WAIT);
+        (status, p.stdout_so_far().join("\n"))
+    };
+    let line = |out: &str, name: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!(" {name}: ")))
+            .unwrap_or_else(|| panic!("no {name} line:\n{out}"))
+            .to_owned()
+    };
+    // The default says so.
+    let (_, out) = check(&[]);
+    let mode = line(&out, "delivery");
+    assert!(
+        mode.starts_with("✔ delivery: --delivery at-least-once = at-least-once"),
+        "{out}"
+    );
+    assert!(!out.contains("watermark_topic"), "{out}");
+    // Exactly-once names the derived transactional id and looks at the topic
+    // without creating it.
+    let eos = [
+        "--delivery",
+        "exactly-once",
+        "--watermark-topic",
+        topic.as_str(),
+        "--brokers",
+        addr.as_str(),
+    ];
+    let (_, out) = check(&eos);
+    let mode = line(&out, "delivery");
+    let system_id = db.psql("SELECT system_identifier FROM pg_control_system()");
+    let derived = format!(
+        "transactional.id pgoutbox-{system_id}-{}-{}",
+        db.name, db.name
+    );
+    assert!(
+        mode.contains("exactly-once") && mode.contains(&derived),
+        "{mode}"
+    );
+    let wm = line(&out, "watermark_topic");
+    assert!(
+        wm.starts_with(&format!("✔ watermark_topic: {topic} = does not exist yet"))
+            && wm.contains("cleanup.policy=compact"),
+        "{wm}"
+    );
+    // check only reads: the topic is still missing.
+    let (_, again) = check(&eos);
+    assert!(line(&again, "watermark_topic").contains("does not exist yet"));
+    // A topic with retention fails with the kafka-configs command.
+    broker.kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        &["--create", "--topic", &topic, "--partitions", "1"],
+    );
+    let (status, out) = check(&eos);
+    let wm = line(&out, "watermark_topic");
+    assert!(!status.success(), "{out}");
+    assert!(
+        wm.starts_with(&format!(
+            "✘ watermark_topic: {topic} = cleanup.policy=delete"
+        )) && wm.contains("--add-config cleanup.policy=compact"),
+        "{wm}"
+    );
+    // tail says which mode run would be in with the same flags.
+    let mut tail = Pgoutbox::spawn(&[
+        "tail",
+        "--database-url",
+        &url,
+        "--delivery",
+        "exactly-once",
+        "--watermark-topic",
+        &topic,
+    ]);
+    tail.wait_stderr("tailing outbox", WAIT);
+    let stderr = tail.stderr();
+    let started = stderr
+        .lines()
+        .find(|l| l.contains("tailing outbox"))
+        .unwrap();
+    assert!(
+        started.contains("delivery=exactly-once") && started.contains(&topic),
+        "{started}"
+    );
+    tail.signal("TERM");
+    tail.wait_exit(WAIT);
+}

@@ -48,6 +48,7 @@ fn input(db: &TestDb<'_>, slot_failover: bool) -> CheckInput {
         templates: vec![],
         message_prefixes: vec!["pgoutbox".into()],
         messages_only: false,
+        delivery: None,
     }
 }
 

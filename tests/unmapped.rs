@@ -128,6 +128,7 @@ async fn check_fails_on_a_published_table_that_is_not_an_outbox_table() {
         templates: vec![],
         message_prefixes: vec!["pgoutbox".into()],
         messages_only: false,
+        delivery: None,
     };
     let report = check(&input).await;
     let other = report

@@ -19,6 +19,47 @@ pub enum DeliveryArg {
     ExactlyOnce,
 }
 
+/// `--delivery` and the exactly-once settings: `run` acts on them, `check` checks
+/// for them and `tail` says which mode `run` would be in.
+#[derive(Debug, Clone, Args)]
+pub struct DeliveryArgs {
+    /// `at-least-once`: a crash resends what was in flight (consumers deduplicate
+    /// on the `id` header). `exactly-once`: records go out in Kafka transactions,
+    /// each also holding a watermark (the last PostgreSQL commit it carries) in
+    /// --watermark-topic, so a restarted relay resumes after what Kafka committed and
+    /// a `read_committed` consumer sees every event once, across crashes; a second
+    /// relay with the same slot fences the first. Consumers must read with
+    /// isolation.level=read_committed (the Java client's default is
+    /// read_uncommitted). Logical mode only; needs Apache Kafka (or a broker that
+    /// honours transactions).
+    #[arg(long = "delivery", id = "delivery", env = "PGOUTBOX_DELIVERY", value_enum, default_value_t = DeliveryArg::AtLeastOnce)]
+    pub mode: DeliveryArg,
+
+    /// With --delivery exactly-once: the compacted topic that holds each relay's
+    /// watermark (key: the transactional id). Created with cleanup.policy=compact
+    /// when missing and allowed.
+    #[arg(
+        long,
+        env = "PGOUTBOX_WATERMARK_TOPIC",
+        default_value = "pgoutbox.offsets",
+        value_name = "TOPIC"
+    )]
+    pub watermark_topic: String,
+
+    /// With --delivery exactly-once: the producer's transactional.id (default
+    /// `pgoutbox-<system identifier>-<database>-<slot>`). Only one relay may use it
+    /// at a time: a new one fences the old.
+    #[arg(long, env = "PGOUTBOX_TRANSACTIONAL_ID", value_name = "ID")]
+    pub transactional_id: Option<String>,
+
+    /// With --delivery exactly-once: a Kafka transaction commits at the first
+    /// PostgreSQL commit after it has been open this long, or holds 10,000 records
+    /// (a PostgreSQL transaction is never split between two). Longer: less commit
+    /// overhead per event, later visibility to read_committed consumers.
+    #[arg(long, env = "PGOUTBOX_TRANSACTION_INTERVAL", default_value = "100ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub transaction_interval: std::time::Duration,
+}
+
 /// `pgoutbox tail`.
 #[derive(Debug, Clone, Args)]
 pub struct TailArgs {
@@ -35,6 +76,9 @@ pub struct TailArgs {
     /// The poison-row policy and record time, as `run` has them.
     #[command(flatten)]
     pub records: RecordArgs,
+
+    #[command(flatten)]
+    pub delivery: DeliveryArgs,
 
     /// Output format: one JSON object per line, or a readable block per event.
     #[arg(long, value_enum, default_value_t = TailFormat::Json)]
@@ -113,41 +157,8 @@ pub struct RunArgs {
     )]
     pub message_non_transactional: NonTransactionalArg,
 
-    /// `at-least-once`: a crash resends what was in flight (consumers deduplicate
-    /// on the `id` header). `exactly-once`: records go out in Kafka transactions,
-    /// each also holding a watermark (the last PostgreSQL commit it carries) in
-    /// --watermark-topic, so a restarted relay resumes after what Kafka committed and
-    /// a `read_committed` consumer sees every event once, across crashes; a second
-    /// relay with the same slot fences the first. Consumers must read with
-    /// isolation.level=read_committed (the Java client's default is
-    /// read_uncommitted). Logical mode only; needs Apache Kafka (or a broker that
-    /// honours transactions).
-    #[arg(long, env = "PGOUTBOX_DELIVERY", value_enum, default_value_t = DeliveryArg::AtLeastOnce)]
-    pub delivery: DeliveryArg,
-
-    /// With --delivery exactly-once: the compacted topic that holds each relay's
-    /// watermark (key: the transactional id). Created with cleanup.policy=compact
-    /// when missing and allowed.
-    #[arg(
-        long,
-        env = "PGOUTBOX_WATERMARK_TOPIC",
-        default_value = "pgoutbox.offsets",
-        value_name = "TOPIC"
-    )]
-    pub watermark_topic: String,
-
-    /// With --delivery exactly-once: the producer's transactional.id (default
-    /// `pgoutbox-<system identifier>-<database>-<slot>`). Only one relay may use it
-    /// at a time: a new one fences the old.
-    #[arg(long, env = "PGOUTBOX_TRANSACTIONAL_ID", value_name = "ID")]
-    pub transactional_id: Option<String>,
-
-    /// With --delivery exactly-once: a Kafka transaction commits at the first
-    /// PostgreSQL commit after it has been open this long, or holds 10,000 records
-    /// (a PostgreSQL transaction is never split between two). Longer: less commit
-    /// overhead per event, later visibility to read_committed consumers.
-    #[arg(long, env = "PGOUTBOX_TRANSACTION_INTERVAL", default_value = "100ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub transaction_interval: std::time::Duration,
+    #[command(flatten)]
+    pub delivery: DeliveryArgs,
 
     /// Stop reading WAL while this many records await a Kafka ack. Each costs about
     /// 1 KB of memory while it waits (small rows: librdkafka's copy, its headers and

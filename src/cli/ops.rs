@@ -6,8 +6,8 @@
 use clap::Args;
 
 use super::{
-    KafkaArgs, PollMarkFlag, PollOrderArg, RoutingArgs, SlotArg, SlotFailoverArg, SourceArgs,
-    SourceKindArg, StateDirArg,
+    DeliveryArgs, KafkaArgs, PollMarkFlag, PollOrderArg, RoutingArgs, SlotArg, SlotFailoverArg,
+    SourceArgs, SourceKindArg, StateDirArg,
 };
 
 /// `pgoutbox check`.
@@ -41,6 +41,9 @@ pub struct CheckArgs {
 
     #[command(flatten)]
     pub kafka: KafkaArgs,
+
+    #[command(flatten)]
+    pub delivery: DeliveryArgs,
 
     /// Output JSON instead of lines.
     #[arg(long)]

@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use self::file::TableOverrides;
 use crate::cli::{
-    ColorWhen, ConverterArg, DeliveryArg, FormatArgs, KafkaArgs, NonTransactionalArg, OnUpdateArg,
-    PollMarkArg, RecordArgs, RecordTimestampArg, ReplayArgs, RunArgs, SourceArgs, SourceKind,
-    TailArgs, TailFormat as TailFormatArg,
+    ColorWhen, ConverterArg, DeliveryArg, DeliveryArgs, FormatArgs, KafkaArgs, NonTransactionalArg,
+    OnUpdateArg, PollMarkArg, RecordArgs, RecordTimestampArg, ReplayArgs, RunArgs, SourceArgs,
+    SourceKind, TailArgs, TailFormat as TailFormatArg,
 };
 use crate::heartbeat::HeartbeatConfig;
 use crate::kafka::config::{KafkaOptions, OptionError};
@@ -271,6 +271,7 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
         },
         limit: args.limit,
         slot: args.slot.as_deref().map(validate_slot).transpose()?,
+        delivery: delivery(&args.delivery, false)?,
     })
 }
 
@@ -302,6 +303,28 @@ fn missing(cfg: &RunConfig) -> Vec<ConfigError> {
         missing.push(ConfigError::NoBrokers);
     }
     missing
+}
+
+/// `--delivery` and its settings: `None` for at-least-once. Exactly-once needs the
+/// logical source (`poll`: poll mode was chosen).
+pub fn delivery(args: &DeliveryArgs, poll: bool) -> Result<Option<ExactlyOnceConfig>, ConfigError> {
+    match args.mode {
+        DeliveryArg::AtLeastOnce => Ok(None),
+        DeliveryArg::ExactlyOnce if poll => Err(ConfigError::PollExactlyOnce),
+        DeliveryArg::ExactlyOnce if args.transaction_interval.is_zero() => {
+            Err(ConfigError::ZeroTransactionInterval)
+        }
+        DeliveryArg::ExactlyOnce => Ok(Some(ExactlyOnceConfig {
+            watermark_topic: args.watermark_topic.trim().to_owned(),
+            transactional_id: args
+                .transactional_id
+                .as_deref()
+                .map(str::trim)
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned),
+            interval: args.transaction_interval,
+        })),
+    }
 }
 
 fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, ConfigError> {
@@ -342,23 +365,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
     };
     let poll = poll(args)?;
-    let exactly_once = match args.delivery {
-        DeliveryArg::AtLeastOnce => None,
-        DeliveryArg::ExactlyOnce if poll.is_some() => return Err(ConfigError::PollExactlyOnce),
-        DeliveryArg::ExactlyOnce if args.transaction_interval.is_zero() => {
-            return Err(ConfigError::ZeroTransactionInterval)
-        }
-        DeliveryArg::ExactlyOnce => Some(ExactlyOnceConfig {
-            watermark_topic: args.watermark_topic.trim().to_owned(),
-            transactional_id: args
-                .transactional_id
-                .as_deref()
-                .map(str::trim)
-                .filter(|id| !id.is_empty())
-                .map(str::to_owned),
-            interval: args.transaction_interval,
-        }),
-    };
+    let exactly_once = delivery(&args.delivery, poll.is_some())?;
     let mut heartbeat = heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?;
     if poll.is_some() {
         // The heartbeat travels through a replication stream; poll mode has none.

@@ -295,6 +295,58 @@ pub async fn ensure_topic(
     }
 }
 
+/// What `check` sees of the watermark topic; it never creates the topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicState {
+    /// It exists and is compacted.
+    Compacted,
+    /// It does not exist (`run` creates it on its first start where allowed).
+    Missing,
+    /// It exists with this `cleanup.policy`.
+    NotCompacted(String),
+    /// The broker would not describe it (e.g. no DESCRIBE_CONFIGS right), with why.
+    Undescribed(String),
+}
+
+/// Look at `topic` without changing anything: whether it exists and is compacted.
+pub async fn inspect_topic(
+    config: &ClientConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<TopicState, WatermarkError> {
+    let scrubber = Scrubber::new(config);
+    let read = |reason: String| WatermarkError::Read {
+        topic: topic.to_owned(),
+        reason: scrubber.scrub(&reason),
+    };
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| read(e.to_string()))?;
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let described = admin
+        .describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .map_err(|e| read(e.to_string()))?;
+    Ok(match described.into_iter().next() {
+        // Apache Kafka 4.1 describes a topic it does not know as a resource
+        // without entries (no error); a topic that exists always lists its
+        // cleanup.policy, the default included.
+        Some(Ok(resource)) => match resource.get("cleanup.policy") {
+            None => TopicState::Missing,
+            Some(entry) => {
+                let policy = entry.value.clone().unwrap_or_default();
+                if policy.split(',').any(|p| p.trim() == "compact") {
+                    TopicState::Compacted
+                } else {
+                    TopicState::NotCompacted(policy)
+                }
+            }
+        },
+        Some(Err(RDKafkaErrorCode::UnknownTopicOrPartition)) => TopicState::Missing,
+        Some(Err(code)) => TopicState::Undescribed(format!("{code:?}")),
+        None => TopicState::Undescribed("no answer for the topic".to_owned()),
+    })
+}
+
 async fn check_compacted(
     admin: &AdminClient<DefaultClientContext>,
     topic: &str,

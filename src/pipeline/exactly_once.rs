@@ -57,6 +57,24 @@ impl ExactlyOnceConfig {
     }
 }
 
+/// The delivery mode in words, as `check`, `tail` and the logs say it: `None` is
+/// at-least-once. `transactional_id` is the derived id when it is known.
+pub fn describe(cfg: Option<&ExactlyOnceConfig>, transactional_id: Option<&str>) -> String {
+    let Some(cfg) = cfg else {
+        return "at-least-once (a crash resends what was in flight; consumers deduplicate on the id header)".to_owned();
+    };
+    let id = cfg
+        .transactional_id
+        .as_deref()
+        .or(transactional_id)
+        .unwrap_or("pgoutbox-<system identifier>-<database>-<slot>");
+    format!(
+        "exactly-once (transactional.id {id}, watermark topic {}, a Kafka transaction per {:?} \
+         or {MAX_RECORDS} records; consumers read with isolation.level=read_committed)",
+        cfg.watermark_topic, cfg.interval
+    )
+}
+
 /// A commit in progress on a blocking thread.
 type Committing = tokio::task::JoinHandle<Result<(), TxnError>>;
 
@@ -354,4 +372,28 @@ async fn blocking<T: Send + 'static>(
             reason: format!("a blocking call failed: {join}"),
             fatal: false,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_names_the_mode_and_its_settings() {
+        assert!(describe(None, None).starts_with("at-least-once"));
+        let cfg = ExactlyOnceConfig {
+            watermark_topic: "pgoutbox.offsets".into(),
+            transactional_id: None,
+            interval: Duration::from_millis(100),
+        };
+        let text = describe(Some(&cfg), Some("pgoutbox-1-app-s"));
+        assert!(text.starts_with("exactly-once"), "{text}");
+        assert!(text.contains("transactional.id pgoutbox-1-app-s"), "{text}");
+        assert!(text.contains("watermark topic pgoutbox.offsets"), "{text}");
+        let given = ExactlyOnceConfig {
+            transactional_id: Some("mine".into()),
+            ..cfg
+        };
+        assert!(describe(Some(&given), Some("derived")).contains("transactional.id mine"));
+    }
 }

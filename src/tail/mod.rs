@@ -71,6 +71,9 @@ pub struct TailConfig {
     pub limit: Option<u64>,
     /// Existing slot to read (never confirmed); `None` = temporary slot.
     pub slot: Option<String>,
+    /// The delivery mode `run` would use with the same flags (`--delivery`), said
+    /// in tail's start line; tail itself sends nothing.
+    pub delivery: Option<crate::pipeline::exactly_once::ExactlyOnceConfig>,
 }
 
 /// How tail prints an event.
@@ -178,7 +181,8 @@ async fn stream(
         _ = shutdown.cancelled() => return Ok(0),
         setup = setup => setup?,
     };
-    tracing::info!(slot = %slot, start = %start, publication = %publication, "tailing outbox");
+    let delivery = crate::pipeline::exactly_once::describe(cfg.delivery.as_ref(), None);
+    tracing::info!(slot = %slot, start = %start, publication = %publication, delivery = %delivery, "tailing outbox");
 
     let mut state = TailState {
         cfg,

@@ -47,6 +47,7 @@ async fn check_passes_on_a_correct_setup() {
     expected.extend_from_slice(failover_checks);
     expected.push("max_slot_wal_keep_size");
     expected.push("heartbeat");
+    expected.push("delivery");
     assert_eq!(names(&report), expected);
     assert_eq!(get(&report, "wal_level", "server").observed, "logical");
     assert_eq!(
@@ -427,6 +428,7 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         templates: vec![],
         message_prefixes: vec!["pgoutbox".into()],
         messages_only: false,
+        delivery: None,
     };
     let report = check(&input).await;
     assert_eq!(
@@ -438,7 +440,9 @@ async fn check_connection_failure_is_one_check_and_brokers_are_still_checked() {
         "{}",
         report.render()
     );
-    assert_eq!(report.checks.len(), 2);
+    // Plus the delivery mode, which needs neither.
+    assert_eq!(report.checks.len(), 3);
+    assert_eq!(report.checks[2].name, "delivery");
     // The cause, not only tokio-postgres' "error connecting to server".
     assert!(
         report.checks[0].observed.contains("refused"),

@@ -53,6 +53,7 @@ fn input(db: &TestDb<'_>) -> CheckInput {
         templates: vec![],
         message_prefixes: vec!["pgoutbox".into()],
         messages_only: false,
+        delivery: None,
     }
 }
 

@@ -120,6 +120,7 @@ mod tests {
             templates: Vec::new(),
             message_prefixes: prefixes.iter().map(|p| (*p).to_owned()).collect(),
             messages_only,
+            delivery: None,
         }
     }
 

@@ -18,6 +18,8 @@
 //!  topic_template  per outbox table (no connection needed)                            (settings.rs)
 //!  kafka  (only with brokers, with run's --kafka-option settings; runs even when
 //!          PostgreSQL is unreachable)                                                  (settings.rs)
+//!  delivery  the mode run would be in (always passes; names the transactional id)    (delivery.rs)
+//!  watermark_topic  (exactly-once with brokers: exists and compacted; never created)  (delivery.rs)
 //! ```
 //!
 //! With `--source poll` ([`CheckMode::Poll`]) the PostgreSQL part is instead
@@ -37,6 +39,7 @@
 //!   `wal_status` of `unreserved`, an unlimited `max_slot_wal_keep_size` — are
 //!   `ok = true` with the caveat in `observed` and the suggested change in `fix`.
 
+mod delivery;
 mod failover;
 mod messages;
 mod objects;
@@ -106,6 +109,8 @@ pub struct CheckInput {
     pub message_prefixes: Vec<String>,
     /// `--messages-only`: no outbox table, an empty publication, PostgreSQL 14+.
     pub messages_only: bool,
+    /// `--delivery exactly-once` and its settings; `None` is at-least-once.
+    pub delivery: Option<crate::pipeline::exactly_once::ExactlyOnceConfig>,
 }
 
 /// One table's topic template, unvalidated.
@@ -234,8 +239,12 @@ impl CheckReport {
 /// Run every check (see the module docs for the list and the order).
 pub async fn check(input: &CheckInput) -> CheckReport {
     let mut checks = Vec::new();
+    let mut transactional_id = None;
     match catalog::connect(&input.conninfo).await {
-        Ok(client) => postgres_checks(&client, input, &mut checks).await,
+        Ok(client) => {
+            postgres_checks(&client, input, &mut checks).await;
+            transactional_id = derived_transactional_id(&client, input).await;
+        }
         Err(err) => checks.push(Check::fail(
             "connection",
             input.conninfo.redacted(),
@@ -252,7 +261,37 @@ pub async fn check(input: &CheckInput) -> CheckReport {
     if let Some(brokers) = &input.brokers {
         checks.push(settings::kafka_check(brokers, &input.kafka_options).await);
     }
+    let exactly_once = input.delivery.as_ref();
+    checks.push(delivery::mode_check(
+        exactly_once,
+        transactional_id.as_deref(),
+    ));
+    if let (Some(brokers), Some(cfg)) = (&input.brokers, exactly_once) {
+        checks.push(delivery::watermark_check(brokers, &input.kafka_options, cfg).await);
+    }
     CheckReport { checks }
+}
+
+/// The transactional id `run --delivery exactly-once` would derive (system
+/// identifier, database, slot); `None` in at-least-once mode, or when the role may
+/// not read `pg_control_system()`.
+async fn derived_transactional_id(
+    client: &tokio_postgres::Client,
+    input: &CheckInput,
+) -> Option<String> {
+    let cfg = input.delivery.as_ref()?;
+    let row = client
+        .query_one(
+            "SELECT system_identifier::text, current_database()::text FROM pg_control_system()",
+            &[],
+        )
+        .await
+        .ok()?;
+    Some(cfg.transactional_id(
+        &row.get::<_, String>(0),
+        &row.get::<_, String>(1),
+        &input.slot,
+    ))
 }
 
 async fn postgres_checks(
