@@ -440,3 +440,71 @@ fn check_and_tail_say_which_delivery_mode_is_in_force() {
     tail.signal("TERM");
     tail.wait_exit(WAIT);
 }
+
+/// After a promotion the relay reads the server's timeline history: its own
+/// watermark from timeline 1 (before the switch point) leads to timeline 2 and the
+/// events of both arrive once; a watermark of timeline 1 that ends past the switch
+/// point (transactions a promoted standby never received) stops the relay, even
+/// though the new timeline's WAL has grown past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_promotion_a_watermark_past_the_branch_point_stops_the_relay() {
+    let cluster = PgCluster::start(support::ClusterOptions::default());
+    let db = cluster.fresh_db();
+    let broker = Broker::shared_kafka();
+    let id = format!("test-{}", db.name);
+    let mut relay = start_eos(&db, broker, &["--transactional-id", &id]);
+    let mut ledger = Ledger::default();
+    write(&db, 21, &mut ledger, 20).await;
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+
+    cluster.promote_in_place();
+    assert_eq!(cluster.timeline(), 2);
+    write(&db, 22, &mut ledger, 20).await;
+    let mut relay = start_eos(&db, broker, &["--transactional-id", &id]);
+    relay.wait_stderr(
+        "exactly-once: resuming after the newest committed watermark",
+        WAIT,
+    );
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
+    let (verdict, _) = read_all(broker, &db, &ledger);
+    assert_exactly_once("across a promotion", &verdict);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+
+    // Timeline 1 ended at the switch point; a watermark of timeline 1 past it
+    // (but below the new WAL end) names WAL this server does not have.
+    let history = db.psql("SELECT pg_read_file('pg_wal/00000002.history')");
+    let switch: pgoutbox::pg::lsn::Lsn = history
+        .split_whitespace()
+        .nth(1)
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no switch point in {history:?}"));
+    let past = |bytes: u64| pgoutbox::pg::lsn::Lsn::from(u64::from(switch) + bytes).to_string();
+    assert!(u64::from(current_lsn(&db)) > u64::from(switch) + 64);
+    let system_id = db.psql("SELECT system_identifier FROM pg_control_system()");
+    let forged = serde_json::json!({
+        "system_id": system_id, "timeline": 1, "database": db.name, "slot": db.name,
+        "commit_lsn": past(8), "end_lsn": past(64)
+    });
+    produce_one(
+        &broker.addr(),
+        &watermark_topic(&db),
+        &id,
+        &forged.to_string(),
+    );
+    let args = eos_args(&db, &["--transactional-id", &id]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut relay = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
+    let status = relay.wait_exit(WAIT);
+    let stderr = relay.stderr();
+    assert_eq!(status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "past {switch} where this server's timeline 2 branched off it"
+        )),
+        "the stop names the branch point: {stderr}"
+    );
+    assert!(!stderr.contains("relaying outbox to kafka"), "{stderr}");
+}

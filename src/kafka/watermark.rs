@@ -16,7 +16,9 @@
 //! one); a watermark ahead of the slot is normal (a crash between the Kafka commit
 //! and the slot's confirmation) — it is refused ([`Mismatch`]) only when it cannot
 //! belong to this stream: another system identifier, a later timeline than the
-//! server's, or an LSN past the server's WAL end. Never a silent start from zero: a
+//! server's, an earlier timeline that is not in the server's timeline history or
+//! that it wrote past the point where the server's history branched off it, or an
+//! LSN past the server's WAL end. Never a silent start from zero: a
 //! missing topic is created (or the error names the command), an unreadable one
 //! stops.
 
@@ -31,6 +33,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 use crate::kafka::config::{KafkaOptions, Scrubber};
 use crate::pg::lsn::Lsn;
+use crate::pg::source::timeline::{self, TimelineSwitch};
 
 /// One watermark: where the stream was when its Kafka transaction was written.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,8 +66,19 @@ impl Watermark {
     }
 
     /// Whether this watermark can belong to the stream of a server with
-    /// `system_id`, on `timeline`, whose WAL ends at `wal_end`.
-    pub fn judge(&self, system_id: &str, timeline: u32, wal_end: Lsn) -> Result<(), Mismatch> {
+    /// `system_id`, on `timeline` (reached through `history`, the server's
+    /// timeline history), whose WAL ends at `wal_end`. A watermark of an earlier
+    /// timeline must name an ancestor and end at or before that ancestor's switch
+    /// point: WAL it wrote past there is not in this server's history (a sibling
+    /// branch, or transactions a promoted standby never received), and skipping up
+    /// to it would skip real events of the new timeline.
+    pub fn judge(
+        &self,
+        system_id: &str,
+        timeline: u32,
+        history: &[TimelineSwitch],
+        wal_end: Lsn,
+    ) -> Result<(), Mismatch> {
         if self.system_id != system_id {
             return Err(Mismatch::OtherSystem {
                 found: self.system_id.clone(),
@@ -76,6 +90,25 @@ impl Watermark {
                 found: self.timeline,
                 server: timeline,
             });
+        }
+        if self.timeline < timeline {
+            match timeline::switchpoint_of(history, self.timeline) {
+                None => {
+                    return Err(Mismatch::NotAnAncestor {
+                        found: self.timeline,
+                        server: timeline,
+                    })
+                }
+                Some(switchpoint) if self.end_lsn > switchpoint => {
+                    return Err(Mismatch::PastBranchPoint {
+                        found: self.timeline,
+                        end_lsn: self.end_lsn,
+                        switchpoint,
+                        server: timeline,
+                    })
+                }
+                Some(_) => {}
+            }
         }
         if self.end_lsn > wal_end {
             return Err(Mismatch::PastWalEnd {
@@ -101,6 +134,22 @@ pub enum Mismatch {
         "the newest watermark was written on timeline {found}, this server is on timeline {server}"
     )]
     LaterTimeline { found: u32, server: u32 },
+    /// Written on a timeline that is not in this server's history.
+    #[error(
+        "the newest watermark was written on timeline {found}, which is not in the history of this server's timeline {server}"
+    )]
+    NotAnAncestor { found: u32, server: u32 },
+    /// Written on an ancestor timeline, but past the point where this server's
+    /// history left it: those transactions are not in this server's WAL.
+    #[error(
+        "the newest watermark was written on timeline {found} up to {end_lsn}, past {switchpoint} where this server's timeline {server} branched off it"
+    )]
+    PastBranchPoint {
+        found: u32,
+        end_lsn: Lsn,
+        switchpoint: Lsn,
+        server: u32,
+    },
     /// Past what this server ever wrote (a restore, or a failover to a standby that
     /// had not received it).
     #[error("the newest watermark is at {end_lsn}, past this server's WAL end {wal_end}")]
@@ -409,24 +458,68 @@ mod tests {
     fn a_watermark_ahead_of_the_slot_is_fine_one_of_another_stream_is_not() {
         let w = watermark();
         let end: Lsn = "0/2000000".parse().unwrap();
-        assert_eq!(w.judge("7301234567890123456", 2, end), Ok(()));
-        // A later timeline of the same system (after a promotion) still leads here.
-        assert_eq!(w.judge("7301234567890123456", 3, end), Ok(()));
+        let sys = "7301234567890123456";
+        assert_eq!(w.judge(sys, 2, &[], end), Ok(()));
+        // A later timeline of the same system that branched off timeline 2 after
+        // the watermark (a promotion that kept its WAL) still leads here.
+        let later = [switch(1, "0/1000000"), switch(2, "0/1800000")];
+        assert_eq!(w.judge(sys, 3, &later, end), Ok(()));
         assert!(matches!(
-            w.judge("7309999999999999999", 2, end),
+            w.judge("7309999999999999999", 2, &[], end),
             Err(Mismatch::OtherSystem { .. })
         ));
         assert!(matches!(
-            w.judge("7301234567890123456", 1, end),
+            w.judge(sys, 1, &[], end),
             Err(Mismatch::LaterTimeline {
                 found: 2,
                 server: 1
             })
         ));
         let short: Lsn = "0/1000000".parse().unwrap();
-        let err = w.judge("7301234567890123456", 2, short).unwrap_err();
+        let err = w.judge(sys, 2, &[], short).unwrap_err();
         assert!(matches!(err, Mismatch::PastWalEnd { .. }));
         assert!(err.to_string().contains("0/16B3780"), "{err}");
+    }
+
+    fn switch(timeline: u32, at: &str) -> TimelineSwitch {
+        TimelineSwitch {
+            timeline,
+            switchpoint: at.parse().unwrap(),
+        }
+    }
+
+    /// A promoted standby that had not received the watermark's transactions: its
+    /// timeline 3 branched off timeline 2 before the watermark's end. Once its WAL
+    /// grew past that end, only the history tells the watermark is not its own.
+    #[test]
+    fn a_watermark_past_the_branch_point_or_off_the_history_is_refused() {
+        let w = watermark(); // timeline 2, end 0/16B3780
+        let sys = "7301234567890123456";
+        let end: Lsn = "0/9000000".parse().unwrap();
+        let branched_early = [switch(1, "0/1000000"), switch(2, "0/1600000")];
+        let err = w.judge(sys, 3, &branched_early, end).unwrap_err();
+        assert_eq!(
+            err,
+            Mismatch::PastBranchPoint {
+                found: 2,
+                end_lsn: "0/16B3780".parse().unwrap(),
+                switchpoint: "0/1600000".parse().unwrap(),
+                server: 3
+            }
+        );
+        assert!(err.to_string().contains("branched off"), "{err}");
+        // Exactly at the switch point: every transaction it names is shared.
+        let at_end = [switch(2, "0/16B3780")];
+        assert_eq!(w.judge(sys, 3, &at_end, end), Ok(()));
+        // A sibling: timeline 4's history goes 1 → 3 → 4, never through 2.
+        let sibling = [switch(1, "0/1000000"), switch(3, "0/2000000")];
+        assert_eq!(
+            w.judge(sys, 4, &sibling, end),
+            Err(Mismatch::NotAnAncestor {
+                found: 2,
+                server: 4
+            })
+        );
     }
 
     #[test]

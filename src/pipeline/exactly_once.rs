@@ -289,6 +289,8 @@ pub struct Stream<'a> {
     pub system_id: &'a str,
     /// Its timeline.
     pub timeline: u32,
+    /// The earlier timelines that lead to it (`TIMELINE_HISTORY`).
+    pub history: &'a [crate::pg::source::timeline::TimelineSwitch],
     /// Its WAL end (a watermark past it cannot be this stream's).
     pub wal_end: Lsn,
     /// The database.
@@ -329,7 +331,12 @@ pub async fn start(
     let newest =
         blocking(move || watermark::read_newest(&reader, &topic, &key, SETUP_TIMEOUT)).await??;
     if let Some(found) = &newest {
-        found.judge(stream.system_id, stream.timeline, stream.wal_end)?;
+        found.judge(
+            stream.system_id,
+            stream.timeline,
+            stream.history,
+            stream.wal_end,
+        )?;
     }
     let skip_through = newest.as_ref().map_or(Lsn::INVALID, |w| w.commit_lsn);
     match &newest {

@@ -510,6 +510,15 @@ async fn session(
     })?;
     catalog::check_slot_kind(&info)?;
     catalog::check_slot_database(&catalog_client, &info).await?;
+    // Exactly-once judges its watermark against the timeline history, which only a
+    // walsender answers before it streams.
+    let history = match cfg.exactly_once {
+        Some(_) => client
+            .timeline_history(identity.timeline)
+            .await
+            .map_err(|e| explain(guard, e))?,
+        None => Vec::new(),
+    };
     let stream = client
         .start_pgoutput(
             &cfg.slot,
@@ -550,6 +559,7 @@ async fn session(
             let stream = exactly_once::Stream {
                 system_id: &identity.system_id,
                 timeline: identity.timeline,
+                history: &history,
                 wal_end: identity.xlogpos,
                 database: &database,
                 slot: &cfg.slot,

@@ -8,6 +8,7 @@
 //! - [`sql_client`]: the ordinary SQL connection (tokio-postgres) the catalog, `check`,
 //!   `status`, `setup`, `teardown` and poll mode use; its errors are [`catalog::CatalogError`].
 //! - [`catalog`]: publication and slot SQL; [`failover`]: failover slots (PostgreSQL 17+).
+//! - [`timeline`]: the timeline history (`TIMELINE_HISTORY`) and what leads where.
 //! - [`SourceConfig`] (here): where the outbox lives — the database, the publication
 //!   and the outbox tables.
 //!
@@ -28,6 +29,7 @@ pub mod protocol;
 pub mod publication_state;
 pub mod replication;
 pub mod sql_client;
+pub mod timeline;
 
 use crate::pg::client::conninfo::ConnInfo;
 use crate::pg::names::TableName;
