@@ -48,7 +48,9 @@ fn of_run(err: &RunError) -> Status {
         RunError::Safety(SafetyError::State(_) | SafetyError::Catalog(_)) => Status::Failure,
         RunError::Safety(_)
         | RunError::Pipeline(
-            PipelineError::PublicationChanged(_) | PipelineError::WatermarkMismatch(_),
+            PipelineError::PublicationChanged(_)
+            | PipelineError::WatermarkMismatch(_)
+            | PipelineError::Watermark(crate::kafka::watermark::WatermarkError::Lost { .. }),
         ) => Status::SlotSafety,
         _ => Status::Failure,
     }

@@ -109,6 +109,22 @@ pub struct SlotState {
     /// kept (the next start records it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publication: Option<Baseline>,
+    /// `--delivery exactly-once`: the watermark topic and transactional id this
+    /// relay has committed at least one Kafka transaction to. A later start that
+    /// finds no watermark there knows the topic lost it (deleted, re-created)
+    /// instead of taking it for a first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkRecord>,
+}
+
+/// Where this relay's exactly-once watermarks go ([`SlotState::watermark`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatermarkRecord {
+    /// `--watermark-topic`.
+    pub topic: String,
+    /// The producer's `transactional.id` (the watermark's key).
+    pub transactional_id: String,
 }
 
 mod lsn_text {
@@ -143,6 +159,7 @@ impl SlotState {
             slot: slot.to_owned(),
             confirmed_lsn,
             publication: None,
+            watermark: None,
         }
     }
 
@@ -419,6 +436,26 @@ impl Checkpoint {
         }
     }
 
+    /// The watermark topic and id this relay has committed to, as on disk or kept
+    /// for the next write (`None` when disabled or never).
+    pub fn watermark(&self) -> Option<WatermarkRecord> {
+        let inner = self.inner.as_ref()?;
+        let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        guard.state.watermark.clone()
+    }
+
+    /// Keep that a Kafka transaction with a watermark committed to `record`: written
+    /// with the next persisted LSN (a commit is always followed by one, the slot
+    /// following the watermark).
+    pub fn keep_watermark(&self, record: &WatermarkRecord) {
+        if let Some(inner) = &self.inner {
+            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.state.watermark.as_ref() != Some(record) {
+                guard.state.watermark = Some(record.clone());
+            }
+        }
+    }
+
     /// Make sure `lsn` is covered by what is on disk: write it unless the file already
     /// holds `lsn` or more. The write (fsyncs included) runs on a blocking thread.
     /// Returns once it is durable; on error nothing may be confirmed.
@@ -478,6 +515,30 @@ mod tests {
 
     fn sample(lsn: u64) -> SlotState {
         SlotState::new("7351234567890123456", 1, "shop", "pgoutbox", Lsn(lsn))
+    }
+
+    #[tokio::test]
+    async fn a_kept_watermark_is_written_with_the_next_lsn_and_read_back() {
+        let dir = temp_dir("watermark");
+        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
+        file.write(&sample(10)).unwrap();
+        let checkpoint = Checkpoint::new(file.clone(), sample(10));
+        assert_eq!(checkpoint.watermark(), None);
+        let record = WatermarkRecord {
+            topic: "pgoutbox.offsets".into(),
+            transactional_id: "pgoutbox-7-shop-pgoutbox".into(),
+        };
+        checkpoint.keep_watermark(&record);
+        assert_eq!(
+            file.load().unwrap().unwrap().watermark,
+            None,
+            "not on its own"
+        );
+        checkpoint.persist(Lsn(20)).await.unwrap();
+        let on_disk = file.load().unwrap().unwrap();
+        assert_eq!(on_disk.watermark.as_ref(), Some(&record));
+        assert_eq!(SlotState::parse(&on_disk.to_text()).unwrap(), on_disk);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -176,10 +176,14 @@ async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison
     // The dead-letter policy moves past it, in its transaction's place.
     let dlq = format!("{}.dlq", db.name);
     let args = ["--on-invalid", "too-large=dlq", "--dlq-topic", &dlq];
-    let _relay = start_run(&db, &broker.addr(), &args);
+    let relay = start_run(&db, &broker.addr(), &args);
     insert_row(&db, "small", "00000000-0000-0000-0000-0000000000b2", 10);
     let mut reader = Reader::new(&broker.addr(), std::slice::from_ref(&dlq));
-    reader.read_until("the dead letter", WAIT, |r| !r.is_empty());
+    assert!(
+        reader.try_read_until(WAIT, |r| !r.is_empty()),
+        "no dead letter; the relay's log:\n{}",
+        relay.stderr()
+    );
     assert_eq!(
         reader.records[0].header("id").as_deref(),
         Some("00000000-0000-0000-0000-0000000000b1")
@@ -189,7 +193,11 @@ async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison
         Some(at.to_string())
     );
     let mut reader = Reader::new(&broker.addr(), &[topic]);
-    reader.read_until("the next row", WAIT, |r| !r.is_empty());
+    assert!(
+        reader.try_read_until(WAIT, |r| !r.is_empty()),
+        "the row after the dead letter did not arrive; the relay's log:\n{}",
+        relay.stderr()
+    );
     assert_eq!(
         reader.records[0].id(),
         "00000000-0000-0000-0000-0000000000b2"

@@ -307,6 +307,20 @@ fn poll_mode_refuses_exactly_once_with_the_reason() {
 }
 
 #[test]
+fn accept_watermark_reset_without_exactly_once_is_refused() {
+    let db = PgCluster::shared().fresh_db();
+    let args = run_args(&db, "127.0.0.1:1", &["--accept-watermark-reset"]);
+    let mut relay = Pgoutbox::spawn(&args);
+    let status = relay.wait_exit(WAIT);
+    let stderr = relay.stderr();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--accept-watermark-reset applies only with --delivery exactly-once"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_watermark_topic_that_is_not_compacted_stops_the_relay_with_the_command() {
     let db = PgCluster::shared().fresh_db();
     let broker = Broker::shared_kafka();
@@ -507,4 +521,64 @@ async fn after_a_promotion_a_watermark_past_the_branch_point_stops_the_relay() {
         "the stop names the branch point: {stderr}"
     );
     assert!(!stderr.contains("relaying outbox to kafka"), "{stderr}");
+}
+
+/// The state file records where the relay committed watermarks, so a topic deleted
+/// behind its back is a stop with the fix, not a silent restart from the slot;
+/// `--accept-watermark-reset` goes on once, and nothing arrives twice after a clean
+/// stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_watermark_topic_stops_the_relay_until_the_reset_is_accepted() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let id = format!("test-{}", db.name);
+    let topic = watermark_topic(&db);
+    let mut relay = start_eos(&db, broker, &["--transactional-id", &id]);
+    let mut ledger = Ledger::default();
+    write(&db, 31, &mut ledger, 20).await;
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+
+    broker.kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        &["--delete", "--topic", &topic],
+    );
+    support::wait_for("the watermark topic to be gone", WAIT, || {
+        let listed = broker.kafka_tool("org.apache.kafka.tools.TopicCommand", &["--list"]);
+        (!listed.lines().any(|l| l.trim() == topic)).then_some(())
+    });
+    let args = eos_args(&db, &["--transactional-id", &id]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut stopped = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
+    let status = stopped.wait_exit(WAIT);
+    let stderr = stopped.stderr();
+    assert_eq!(status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("holds no watermark for transactional id")
+            && stderr.contains("--accept-watermark-reset"),
+        "the stop says what was lost and the fix: {stderr}"
+    );
+    assert!(!stderr.contains("relaying outbox to kafka"), "{stderr}");
+
+    let mut relay = start_eos(
+        &db,
+        broker,
+        &["--transactional-id", &id, "--accept-watermark-reset"],
+    );
+    assert!(relay.stderr().contains("--accept-watermark-reset"));
+    write(&db, 32, &mut ledger, 20).await;
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
+    let (verdict, _) = read_all(broker, &db, &ledger);
+    assert_exactly_once("after an accepted watermark reset", &verdict);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+    // The new topic holds the watermark again: a plain restart goes on.
+    let mut relay = start_eos(&db, broker, &["--transactional-id", &id]);
+    relay.wait_stderr(
+        "exactly-once: resuming after the newest committed watermark",
+        WAIT,
+    );
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
 }

@@ -259,6 +259,15 @@ pub struct RunArgs {
     /// only; deliberately has no environment twin.
     #[arg(long)]
     pub accept_publication_change: bool,
+
+    /// With --delivery exactly-once: start even though the watermark topic no
+    /// longer holds this relay's watermark while its state file says it committed
+    /// some there (the topic was deleted or re-created): resume from the slot, so
+    /// read_committed consumers may see again what Kafka committed past the slot's
+    /// position (nothing after a clean stop). Applies to this start only;
+    /// deliberately has no environment twin.
+    #[arg(long)]
+    pub accept_watermark_reset: bool,
 }
 
 /// `pgoutbox replay`.

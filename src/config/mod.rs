@@ -75,6 +75,9 @@ pub enum ConfigError {
     /// `--source poll` with `--messages-only`.
     #[error("--source poll reads rows of an outbox table, but --messages-only names none: logical decoding messages exist only in the WAL, which only --source logical reads; fix: drop --messages-only (and name the table with --table), or use --source logical")]
     PollMessagesOnly,
+    /// `--accept-watermark-reset` without `--delivery exactly-once`.
+    #[error("--accept-watermark-reset applies only with --delivery exactly-once (there is no watermark in at-least-once mode); fix: drop it, or add --delivery exactly-once")]
+    AcceptWatermarkReset,
     /// `--source poll` with `--delivery exactly-once`.
     #[error("--delivery exactly-once needs --source logical: the watermark it writes in each Kafka transaction is a WAL position, and poll mode marks claimed rows in the table instead, outside the Kafka transaction; fix: use --source logical, or --delivery at-least-once with poll mode (consumers deduplicate on the id header)")]
     PollExactlyOnce,
@@ -323,6 +326,7 @@ pub fn delivery(args: &DeliveryArgs, poll: bool) -> Result<Option<ExactlyOnceCon
                 .filter(|id| !id.is_empty())
                 .map(str::to_owned),
             interval: args.transaction_interval,
+            accept_reset: false,
         })),
     }
 }
@@ -365,7 +369,12 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
     };
     let poll = poll(args)?;
-    let exactly_once = delivery(&args.delivery, poll.is_some())?;
+    let mut exactly_once = delivery(&args.delivery, poll.is_some())?;
+    match &mut exactly_once {
+        Some(eos) => eos.accept_reset = args.accept_watermark_reset,
+        None if args.accept_watermark_reset => return Err(ConfigError::AcceptWatermarkReset),
+        None => {}
+    }
     let mut heartbeat = heartbeat(args.heartbeat_interval, args.heartbeat_max_age)?;
     if poll.is_some() {
         // The heartbeat travels through a replication stream; poll mode has none.

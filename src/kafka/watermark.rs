@@ -166,6 +166,15 @@ pub enum WatermarkError {
     /// retention, the newest with them once the relay is idle long enough.
     #[error("watermark topic {topic:?} has cleanup.policy={policy}; fix: `kafka-configs.sh --bootstrap-server BROKER --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact`")]
     NotCompacted { topic: String, policy: String },
+    /// The topic holds no watermark for this relay although its state file says
+    /// it committed some there: the topic was deleted or re-created. Resuming from
+    /// the slot would send again what Kafka committed past the slot's position.
+    #[error("watermark topic {topic:?} holds no watermark for transactional id {transactional_id:?}, but this relay's state file says it committed Kafka transactions with watermarks there: the topic was deleted or re-created, so the relay can no longer tell which PostgreSQL transactions after the slot's position {slot_confirmed} are in Kafka; fix: if the topic was moved, point --watermark-topic at it; to accept that read_committed consumers may see the transactions committed after {slot_confirmed} again (none after a clean stop, at most about one --transaction-interval of them after a crash), start once with --accept-watermark-reset")]
+    Lost {
+        topic: String,
+        transactional_id: String,
+        slot_confirmed: Lsn,
+    },
     /// The broker did not answer in time, or refused the read.
     #[error("cannot read watermark topic {topic:?}: {reason}")]
     Read { topic: String, reason: String },

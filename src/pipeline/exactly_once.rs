@@ -24,6 +24,7 @@ use crate::kafka::producer::{Transactions, TxnError};
 use crate::kafka::watermark::Watermark;
 use crate::outbox::record::KafkaRecord;
 use crate::pg::lsn::Lsn;
+use crate::state::WatermarkRecord;
 
 /// Records in one Kafka transaction before it commits at the next PostgreSQL
 /// commit, whatever its age.
@@ -46,6 +47,9 @@ pub struct ExactlyOnceConfig {
     pub transactional_id: Option<String>,
     /// `--transaction-interval`.
     pub interval: Duration,
+    /// `--accept-watermark-reset`: start from the slot although the state file
+    /// says the watermark topic lost this relay's watermark (this start only).
+    pub accept_reset: bool,
 }
 
 impl ExactlyOnceConfig {
@@ -97,6 +101,8 @@ pub struct ExactlyOnce {
     /// records of its transaction.
     committing: Option<(Committing, Watermark, Instant, u64)>,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// Where this session's watermarks go, for the state file once one commits.
+    record: WatermarkRecord,
 }
 
 impl ExactlyOnce {
@@ -114,6 +120,10 @@ impl ExactlyOnce {
             metrics,
             interval: cfg.interval,
             topic: cfg.watermark_topic.clone(),
+            record: WatermarkRecord {
+                topic: cfg.watermark_topic.clone(),
+                transactional_id: txns.id().to_owned(),
+            },
             committed_end: slot_confirmed.max(stamp.end_lsn),
             txns,
             stamp,
@@ -131,6 +141,12 @@ impl ExactlyOnce {
         } else {
             confirmable
         }
+    }
+
+    /// Where this session's watermarks go (kept in the state file once one
+    /// committed).
+    pub fn record(&self) -> &WatermarkRecord {
+        &self.record
     }
 
     /// Whether a commit is running (no record may be sent meanwhile).
@@ -299,6 +315,9 @@ pub struct Stream<'a> {
     pub slot: &'a str,
     /// The slot's confirmed position.
     pub slot_confirmed: Lsn,
+    /// Where the state file says this relay committed watermarks (`None`: never,
+    /// or no state file).
+    pub recorded: Option<WatermarkRecord>,
 }
 
 /// Set a session up for exactly-once, once its slot is acquired (a standby relay
@@ -338,6 +357,9 @@ pub async fn start(
             stream.wal_end,
         )?;
     }
+    if newest.is_none() {
+        lost(cfg, &id, stream)?;
+    }
     let skip_through = newest.as_ref().map_or(Lsn::INVALID, |w| w.commit_lsn);
     match &newest {
         Some(found) => tracing::info!(
@@ -368,6 +390,45 @@ pub async fn start(
     })
 }
 
+/// No watermark was found: a first start, unless the state file says this relay
+/// committed some to the same topic and id — then the topic lost them, and the relay
+/// stops unless `--accept-watermark-reset` was given.
+fn lost(
+    cfg: &ExactlyOnceConfig,
+    id: &str,
+    stream: &Stream<'_>,
+) -> Result<(), super::PipelineError> {
+    let Some(recorded) = &stream.recorded else {
+        return Ok(());
+    };
+    if recorded.topic != cfg.watermark_topic || recorded.transactional_id != id {
+        tracing::warn!(
+            recorded_topic = %recorded.topic,
+            recorded_transactional_id = %recorded.transactional_id,
+            watermark_topic = %cfg.watermark_topic,
+            transactional_id = %id,
+            slot_confirmed = %stream.slot_confirmed,
+            "exactly-once: the watermark topic or transactional id changed since this relay last committed; resuming from the slot"
+        );
+        return Ok(());
+    }
+    if cfg.accept_reset {
+        tracing::warn!(
+            watermark_topic = %cfg.watermark_topic,
+            transactional_id = %id,
+            slot_confirmed = %stream.slot_confirmed,
+            "exactly-once: --accept-watermark-reset: the topic lost this relay's watermark; resuming from the slot (transactions Kafka committed past it are sent again)"
+        );
+        return Ok(());
+    }
+    Err(crate::kafka::watermark::WatermarkError::Lost {
+        topic: cfg.watermark_topic.clone(),
+        transactional_id: id.to_owned(),
+        slot_confirmed: stream.slot_confirmed,
+    }
+    .into())
+}
+
 /// Run a blocking call on the blocking pool.
 async fn blocking<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
@@ -392,6 +453,7 @@ mod tests {
             watermark_topic: "pgoutbox.offsets".into(),
             transactional_id: None,
             interval: Duration::from_millis(100),
+            accept_reset: false,
         };
         let text = describe(Some(&cfg), Some("pgoutbox-1-app-s"));
         assert!(text.starts_with("exactly-once"), "{text}");

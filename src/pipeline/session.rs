@@ -266,6 +266,7 @@ impl<'a> Session<'a> {
                 }
                 Step::Committed(result) => {
                     result?;
+                    self.committed_watermark();
                     self.sink.transaction_ended();
                     self.gauges_stale = true;
                 }
@@ -522,8 +523,18 @@ impl<'a> Session<'a> {
             _ => commit(),
         };
         result?;
+        self.committed_watermark();
         self.sink.transaction_ended();
         Ok(())
+    }
+
+    /// A Kafka transaction with a watermark committed: the state file keeps where
+    /// (written with the next confirmed LSN), so a later start can tell a topic
+    /// that lost the watermark from a first start.
+    fn committed_watermark(&self) {
+        if let Some(eos) = &self.eos {
+            self.checkpoint.keep_watermark(eos.record());
+        }
     }
 
     /// After a completed drain nothing of this session is left in librdkafka, but a

@@ -564,6 +564,7 @@ async fn session(
                 database: &database,
                 slot: &cfg.slot,
                 slot_confirmed: slot_lsn,
+                recorded: checkpoint.watermark(),
             };
             let reader = watermark::reader_config(&cfg.brokers, &cfg.kafka_options);
             Some(exactly_once::start(eos, sink, reader, &stream, metrics.clone()).await?)

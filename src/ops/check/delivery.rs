@@ -94,6 +94,7 @@ mod tests {
             watermark_topic: "pgoutbox.offsets".into(),
             transactional_id: None,
             interval: Duration::from_millis(100),
+            accept_reset: false,
         };
         let exact = mode_check(Some(&cfg), Some("pgoutbox-7-app-s"));
         assert!(exact.ok);
