@@ -513,8 +513,7 @@ async fn session(
     // Exactly-once judges its watermark against the timeline history, which only a
     // walsender answers before it streams.
     let history = match cfg.exactly_once {
-        Some(_) => client
-            .timeline_history(identity.timeline)
+        Some(_) => crate::pg::source::timeline::read(&mut client, identity.timeline)
             .await
             .map_err(|e| explain(guard, e))?,
         None => Vec::new(),

@@ -13,7 +13,9 @@
 //! skipped; a line that does not parse makes the whole history an error (a
 //! half-read history would let a foreign position pass).
 
+use crate::pg::client::connection::PgError;
 use crate::pg::lsn::Lsn;
+use crate::pg::source::replication::ReplicationClient;
 
 /// One earlier timeline: it ended at `switchpoint`, where the next one began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,30 @@ pub struct TimelineSwitch {
     pub timeline: u32,
     /// The first LSN that is not on it (the next timeline starts here).
     pub switchpoint: Lsn,
+}
+
+/// `TIMELINE_HISTORY timeline` on a walsender connection (before it streams): the
+/// earlier timelines that lead to `timeline` and where each ended; empty for
+/// timeline 1, which has no history file.
+pub async fn read(
+    client: &mut ReplicationClient,
+    timeline: u32,
+) -> Result<Vec<TimelineSwitch>, PgError> {
+    if timeline <= 1 {
+        return Ok(Vec::new());
+    }
+    let unexpected = |what: String| PgError::Unexpected {
+        context: "TIMELINE_HISTORY".to_owned(),
+        what,
+    };
+    let rows = client
+        .simple_query(&format!("TIMELINE_HISTORY {timeline}"))
+        .await?;
+    let content = rows
+        .first()
+        .and_then(|row| row.get("content"))
+        .ok_or_else(|| unexpected("no content".to_owned()))?;
+    parse(content).map_err(unexpected)
 }
 
 /// Parse a history file's text (`parentTLI<TAB>switchpoint<TAB>reason` lines).

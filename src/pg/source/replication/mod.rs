@@ -152,25 +152,6 @@ impl ReplicationClient {
         })
     }
 
-    /// `TIMELINE_HISTORY timeline`: the earlier timelines that lead to `timeline`
-    /// and where each ended (empty for timeline 1, which has no history file).
-    pub async fn timeline_history(
-        &mut self,
-        timeline: u32,
-    ) -> Result<Vec<crate::pg::source::timeline::TimelineSwitch>, PgError> {
-        if timeline <= 1 {
-            return Ok(Vec::new());
-        }
-        let command = format!("TIMELINE_HISTORY {timeline}");
-        let rows = self.conn.simple_query(&command).await?;
-        let content = rows
-            .first()
-            .and_then(|row| row.get("content"))
-            .ok_or_else(|| unexpected("TIMELINE_HISTORY", "no content"))?;
-        crate::pg::source::timeline::parse(content)
-            .map_err(|why| unexpected("TIMELINE_HISTORY", &why))
-    }
-
     /// Create a `pgoutput` slot; a temporary one disappears with this connection.
     /// Returns the consistent point: streaming from the slot starts there.
     pub async fn create_logical_slot(
