@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!  loop { session(generation) ─ Ok ─▶ return (shutdown: drained and confirmed)
-//!         └ Err ─ producer fatally broken or stalled? ─▶ new producer ─┐
+//!         └ Err ─ producer fenced (exactly-once)? ─▶ return the error
+//!                 producer fatally broken or stalled? ─▶ new producer ─┐
 //!                 another relay holds the slot / lock? ─▶ standby ──────┤
 //!                 transient? ─▶ connecting, reconnects += 1 ───────────┤
 //!                 otherwise ─▶ return the error (exit non-zero)         │
@@ -28,7 +29,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::RunError;
-use crate::kafka::producer::{is_permanent, KafkaSink};
+use crate::kafka::producer::{is_fence, is_permanent, KafkaSink, TxnError};
 use crate::metrics::{Metrics, Role};
 use crate::pipeline::PipelineError;
 
@@ -161,6 +162,16 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
         }
         return Ok(false);
     };
+    if is_fence(code) {
+        // Exactly-once: another relay took the transactional id (and so the
+        // slot); a new producer would fence it in turn. Stop, as a fenced commit
+        // does.
+        let id = sink
+            .transactions()
+            .map(|t| t.id().to_owned())
+            .unwrap_or_default();
+        return Err(PipelineError::Transaction(TxnError::Fenced { id, reason }).into());
+    }
     if is_permanent(code) {
         return Err(RunError::ProducerFatal { code, reason });
     }

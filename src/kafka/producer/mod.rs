@@ -48,7 +48,7 @@
 //! # Layout
 //! - here: [`KafkaSink`] — create and renew producers, `send`, hand over, serve;
 //! - `outcome`: [`Delivery`], [`DeliveryError`] and the error classification
-//!   ([`is_permanent`], [`is_too_large`]);
+//!   ([`is_permanent`], [`is_too_large`], [`is_fence`]);
 //! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
 //!   and the one-poller-at-a-time serving of the main queue;
 //! - `rounds`: which records wait for the round in flight, and for how long;
@@ -66,7 +66,7 @@ mod outcome;
 mod rounds;
 mod transactions;
 
-pub use outcome::{is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
+pub use outcome::{is_fence, is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
 pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
 pub use transactions::{Transactions, TxnError};
 

@@ -113,6 +113,18 @@ pub fn is_permanent(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// Whether `code` says another producer with this relay's transactional id took
+/// over (exactly-once): this producer is a zombie and must write nothing more.
+/// librdkafka raises `_FENCED` as its fatal error; the broker answers
+/// `PRODUCER_FENCED` (or, before KIP-588, `INVALID_PRODUCER_EPOCH`).
+pub fn is_fence(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as E;
+    matches!(
+        code,
+        E::Fenced | E::ProducerFenced | E::InvalidProducerEpoch
+    )
+}
+
 /// A record's key and `event_type` header value: what a dead letter of a size
 /// refusal keeps.
 pub(super) type Refusable<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
@@ -247,6 +259,22 @@ mod tests {
             E::TransactionalIdAuthorizationFailed,
         ] {
             assert!(!is_permanent(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn fencing_is_told_apart_from_every_other_error() {
+        for code in [E::Fenced, E::ProducerFenced, E::InvalidProducerEpoch] {
+            assert!(is_fence(code), "{code:?}");
+        }
+        for code in SIZE
+            .into_iter()
+            .chain(AUTHORIZATION)
+            .chain(TOPIC)
+            .chain(REFUSED)
+            .chain(TRANSIENT)
+        {
+            assert!(!is_fence(code), "{code:?}");
         }
     }
 
