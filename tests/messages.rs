@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use support::kafka::{Broker, Reader};
-use support::verify::{verify, Ledger};
-use support::workload::{http_get, spawn_run, start_run, topics};
+use support::verify::{acks_in, audit_acks, verify, Ledger};
+use support::workload::{http_get, read_acked, spawn_run, start_run, start_run_audited, topics};
 use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 
 const MESSAGES_ONLY: &str = "--messages-only";
@@ -264,7 +264,8 @@ async fn kill_9_cycles_lose_no_message() {
         return;
     }
     load_helper(&db);
-    let mut relay = start_run(&db, &broker.addr(), &[MESSAGES_ONLY]);
+    let mut relay = start_run_audited(&db, &broker.addr(), &[MESSAGES_ONLY]);
+    let mut acks = Vec::new();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -289,11 +290,12 @@ async fn kill_9_cycles_lose_no_message() {
         reader.read_until("records before the kill", WAIT, |r| r.len() >= before + 300);
         relay.signal("KILL");
         relay.wait_exit(WAIT);
+        acks.extend(acks_in(&relay.stderr()));
         eprintln!(
             "kill -9 cycle {cycle} after {} records",
             reader.records.len()
         );
-        relay = start_run(&db, &broker.addr(), &[MESSAGES_ONLY]);
+        relay = start_run_audited(&db, &broker.addr(), &[MESSAGES_ONLY]);
     }
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
@@ -303,8 +305,13 @@ async fn kill_9_cycles_lose_no_message() {
         let got: HashSet<String> = r.iter().map(|c| c.id()).collect();
         ids.iter().all(|id| got.contains(id))
     });
+    // Every offset a relay was told it wrote is read back with its record.
+    acks.extend(acks_in(&relay.stderr()));
+    read_acked(&mut reader, &acks, WAIT);
+    let audit = audit_acks(&acks, &reader.records);
     let verdict = verify(&ledger, &reader.records);
-    eprintln!("kill -9 cycles, messages: {verdict:?}");
+    eprintln!("kill -9 cycles, messages: {verdict:?}; {audit:?}");
+    audit.assert_clean();
     assert!(
         complete,
         "not every message arrived: {verdict:?}\nrelay:\n{}",

@@ -10,9 +10,10 @@ use std::time::Duration;
 use pgoutbox::pg::names::TableName;
 use pgoutbox::poll::sql;
 use support::kafka::{Broker, Consumed, Reader};
-use support::verify::verify;
+use support::verify::{acks_in, audit_acks, verify};
 use support::workload::{
-    http_get, read_all, run_args, spawn_run, start_relay, start_run, topics, Writer, WriterConfig,
+    http_get, read_acked, read_all, run_args, spawn_run, start_relay, start_relay_audited,
+    start_run, topics, Writer, WriterConfig,
 };
 use support::{wait_for, ClusterOptions, PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 
@@ -305,7 +306,8 @@ fn poll_relay_kill_9_cycles_under_load_lose_nothing() {
     setup_poll(&db, &[]);
     let batch = BATCH.to_string();
     let args = poll_args(&db, &broker, &["--poll-batch-size", &batch]);
-    let mut relay = start_relay(&args);
+    let mut relay = start_relay_audited(&args);
+    let mut acks = Vec::new();
     let writer = Writer::spawn(WriterConfig {
         url: db.url(),
         seed: 15,
@@ -360,12 +362,19 @@ fn poll_relay_kill_9_cycles_under_load_lose_nothing() {
         }
         relay.signal("KILL");
         relay.wait_exit(WAIT);
-        relay = start_relay(&args);
+        acks.extend(acks_in(&relay.stderr()));
+        relay = start_relay_audited(&args);
     }
     let (ledger, stats) = writer.finish();
     let mut reader = Reader::new(&broker, &topics(&db, &["order", "payment"]));
     let complete = read_all(&mut reader, &ledger, WAIT * 5);
+    // Every offset a relay was told it wrote is read back with its record.
+    acks.extend(acks_in(&relay.stderr()));
+    read_acked(&mut reader, &acks, WAIT);
     reader.settle(Duration::from_secs(2));
+    let audit = audit_acks(&acks, &reader.records);
+    eprintln!("poll kill -9 ack audit: {audit:?}");
+    audit.assert_clean();
     let verdict = verify(&ledger, &reader.records);
     eprintln!(
         "FIGURES poll relay kill -9: kills={kills} (during a {BIG}-row backlog: {mid_backlog}/{big}) batch={BATCH} written={} delivered={} lost={} unexpected={} reordered={} duplicated_total={} duplicated_max_copies={} writer={stats:?}",

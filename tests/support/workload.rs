@@ -100,6 +100,13 @@ pub fn start_relay(args: &[String]) -> Pgoutbox {
     relay
 }
 
+/// [`start_relay`] logging every delivery report (see [`start_run_audited`]).
+pub fn start_relay_audited(args: &[String]) -> Pgoutbox {
+    let relay = Pgoutbox::spawn_with_env(args, &[verify::ACK_LOG]);
+    relay.wait_stderr("relaying outbox to kafka", WAIT);
+    relay
+}
+
 /// The topics `start_run` routes the aggregate `types` of `db` to.
 pub fn topics(db: &TestDb<'_>, types: &[&str]) -> Vec<String> {
     types.iter().map(|t| format!("{}.{t}", db.name)).collect()
