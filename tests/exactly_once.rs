@@ -105,6 +105,23 @@ async fn every_event_arrives_once_and_the_watermark_follows_the_stream() {
     let broker = Broker::shared_kafka();
     let relay = start_eos(&db, broker, &[]);
     relay.wait_stderr("exactly-once: no watermark yet", WAIT);
+    // `status` says which mode the relay is in, read from its endpoint.
+    let mut status = Pgoutbox::spawn(&[
+        "status",
+        "--database-url",
+        &db.url(),
+        "--slot",
+        &db.name,
+        "--http-addr",
+        &support::workload::http_addr(&relay),
+    ]);
+    assert!(status.wait_exit(WAIT).success(), "{}", status.stderr());
+    let out = status.stdout_so_far().join("\n");
+    assert!(
+        out.lines()
+            .any(|l| l.trim() == "delivery:             exactly-once"),
+        "{out}"
+    );
     let mut ledger = Ledger::default();
     write(&db, 7, &mut ledger, 300).await;
     let end = current_lsn(&db);

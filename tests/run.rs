@@ -471,6 +471,7 @@ async fn metrics_show_progress_and_readiness_follows_the_broker() {
             .unwrap_or(0),
     );
     assert!(rss > 0 && peak >= rss, "{out}");
+    assert_eq!(relay_json["delivery"], "at-least-once", "{out}");
     assert!(
         metrics.contains("outbox_relay_latency_seconds_bucket{le=\"+Inf\"} 100"),
         "{metrics}"

@@ -129,6 +129,8 @@ pub const HEARTBEATS_FOREIGN: &str = "pgoutbox_heartbeats_foreign_total";
 pub const ROLE: &str = "pgoutbox_role";
 /// Constant 1, labelled with the version and the librdkafka version.
 pub const BUILD_INFO: &str = "pgoutbox_build_info";
+/// 1 for the delivery mode in force (`--delivery`), 0 for the other.
+pub const DELIVERY: &str = "pgoutbox_delivery";
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -170,6 +172,8 @@ pub struct Metrics {
     publication_change: Mutex<Option<String>>,
     /// A [`Role`] as its number.
     role: AtomicU8,
+    /// `--delivery exactly-once` is in force (from the start, standby included).
+    exactly_once: AtomicBool,
     /// The end-to-end heartbeat ([`crate::heartbeat`]).
     pub heartbeat: heartbeat::HeartbeatState,
     /// Poll mode's series (`run --source poll`).
@@ -373,6 +377,11 @@ impl Metrics {
         if role == Role::Active && before != Role::Active as u8 {
             self.heartbeat.arm();
         }
+    }
+
+    /// Which delivery mode is in force (`--delivery`), for `/metrics` and `status`.
+    pub fn set_exactly_once(&self, on: bool) {
+        self.exactly_once.store(on, Ordering::Relaxed);
     }
 
     /// The current role.
@@ -660,6 +669,13 @@ impl Metrics {
                 u8::from(role == current)
             );
         }
+        let exactly_once = self.exactly_once.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {DELIVERY} 1 for the delivery mode in force (--delivery): at-least-once or exactly-once.\n# TYPE {DELIVERY} gauge\n{DELIVERY}{{mode=\"at-least-once\"}} {}\n{DELIVERY}{{mode=\"exactly-once\"}} {}",
+            u8::from(!exactly_once),
+            u8::from(exactly_once)
+        );
         let _ = writeln!(
             out,
             "# HELP {BUILD_INFO} Version of pgoutbox and of the librdkafka it is built with.\n# TYPE {BUILD_INFO} gauge\n{BUILD_INFO}{{version=\"{}\",librdkafka=\"{}\"}} 1",

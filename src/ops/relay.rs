@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::metrics::{
-    IN_FLIGHT_BYTES, IN_FLIGHT_MAX_BYTES, IN_FLIGHT_MAX_RECORDS, IN_FLIGHT_RECORDS,
+    DELIVERY, IN_FLIGHT_BYTES, IN_FLIGHT_MAX_BYTES, IN_FLIGHT_MAX_RECORDS, IN_FLIGHT_RECORDS,
     RESIDENT_MEMORY, RESIDENT_MEMORY_PEAK,
 };
 use crate::ops::status::human_bytes;
@@ -39,10 +39,12 @@ pub struct RelayFigures {
     pub resident_bytes: Option<u64>,
     /// Its peak since the relay started.
     pub resident_peak_bytes: Option<u64>,
+    /// The delivery mode in force (`at-least-once`, `exactly-once`).
+    pub delivery: Option<String>,
 }
 
 impl RelayFigures {
-    /// The six series out of a Prometheus text exposition.
+    /// The seven series out of a Prometheus text exposition.
     pub fn parse(text: &str) -> RelayFigures {
         let value = |name: &str| {
             text.lines()
@@ -58,6 +60,7 @@ impl RelayFigures {
             max_bytes: value(IN_FLIGHT_MAX_BYTES),
             resident_bytes: value(RESIDENT_MEMORY),
             resident_peak_bytes: value(RESIDENT_MEMORY_PEAK),
+            delivery: delivery_mode(text),
         }
     }
 
@@ -65,6 +68,15 @@ impl RelayFigures {
     fn any(&self) -> bool {
         *self != RelayFigures::default()
     }
+}
+
+/// The mode whose `pgoutbox_delivery{mode="…"}` series is 1.
+fn delivery_mode(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(DELIVERY)?.strip_prefix("{mode=\"")?;
+        let (mode, value) = rest.split_once("\"} ")?;
+        (value.trim() == "1").then(|| mode.to_owned())
+    })
 }
 
 /// What `status` got from `addr`.
@@ -143,6 +155,10 @@ impl RelayStatus {
                 size(figures.resident_bytes),
                 size(figures.resident_peak_bytes)
             ),
+            format!(
+                "  delivery:             {}",
+                figures.delivery.as_deref().unwrap_or("-")
+            ),
         ];
         lines.join("\n") + "\n"
     }
@@ -164,6 +180,7 @@ impl RelayStatus {
                 "max_in_flight_bytes": f.max_bytes,
                 "resident_memory_bytes": f.resident_bytes,
                 "resident_memory_peak_bytes": f.resident_peak_bytes,
+                "delivery": f.delivery,
             }),
         }
     }
@@ -180,10 +197,12 @@ mod tests {
         pgoutbox_in_flight_max_records 10000\n\
         pgoutbox_in_flight_max_bytes 67108864\n\
         process_resident_memory_bytes 23068672\n\
-        pgoutbox_resident_memory_peak_bytes 25165824\n";
+        pgoutbox_resident_memory_peak_bytes 25165824\n\
+        pgoutbox_delivery{mode=\"at-least-once\"} 0\n\
+        pgoutbox_delivery{mode=\"exactly-once\"} 1\n";
 
     #[test]
-    fn reads_the_six_series_and_nothing_else() {
+    fn reads_the_seven_series_and_nothing_else() {
         let f = RelayFigures::parse(TEXT);
         assert_eq!(
             f,
@@ -194,6 +213,7 @@ mod tests {
                 max_bytes: Some(64 << 20),
                 resident_bytes: Some(22 << 20),
                 resident_peak_bytes: Some(24 << 20),
+                delivery: Some("exactly-once".into()),
             }
         );
         // A prefix of another series' name is not that series.
@@ -208,7 +228,12 @@ mod tests {
             text,
             "relay at 127.0.0.1:10737:\n  \
              in flight:            2500 of 10000 records (25 %), 1.0 MiB of 64.0 MiB (2 %)\n  \
-             memory (RSS):         22.0 MiB (peak 24.0 MiB)\n"
+             memory (RSS):         22.0 MiB (peak 24.0 MiB)\n  \
+             delivery:             exactly-once\n"
+        );
+        assert_eq!(
+            RelayStatus::Figures(RelayFigures::parse(TEXT)).to_json("a:1")["delivery"],
+            "exactly-once"
         );
         let json = RelayStatus::Figures(RelayFigures::parse(TEXT)).to_json("a:1");
         assert_eq!(json["max_in_flight_records"], 10_000);
