@@ -4,6 +4,8 @@
 replaced (a null topic list), on a broker with many topics.
 
     bench/probe_metadata.py HOST:PORT BROKER_PID [REQUESTS]
+    bench/probe_metadata.py --create N HOST:PORT      N topics of 3 partitions first
+                                                      (one CreateTopics v2 request)
 
 Sends REQUESTS (default 200) of each kind over one connection, alternating in
 blocks of 20, and prints per kind: response bytes, client wall time per request,
@@ -38,6 +40,46 @@ def read_exact(sock, n):
     return bytes(out)
 
 
+def string(text):
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def create_topics(address, count, partitions=3):
+    """Create `count` topics `probe-bench-<i>` in one CreateTopics v2 request (v0-v1
+    are gone since Kafka 4.0, KIP-896): topics [name, partitions, replication -1,
+    no assignments, no configs], timeout 120 s, validate_only false."""
+    host, port = address.rsplit(":", 1)
+    topics = b"".join(
+        string(f"probe-bench-{i}") + struct.pack(">ihii", partitions, -1, 0, 0)
+        for i in range(count)
+    )
+    client = b"probe-bench"
+    body = (struct.pack(">hhih", 19, 2, 1, len(client)) + client
+            + struct.pack(">i", count) + topics + struct.pack(">ib", 120_000, 0))
+    with socket.create_connection((host, int(port)), timeout=300) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        length = struct.unpack(">i", read_exact(sock, 4))[0]
+        answer = read_exact(sock, length)
+    # correlation id, throttle time, topic count, then [name, error code, message].
+    at = 4 + 4
+    (n,) = struct.unpack_from(">i", answer, at)
+    at += 4
+    errors = {}
+    for _ in range(n):
+        (size,) = struct.unpack_from(">h", answer, at)
+        at += 2 + size
+        (code,) = struct.unpack_from(">h", answer, at)
+        at += 2
+        (size,) = struct.unpack_from(">h", answer, at)
+        at += 2 + max(size, 0)
+        if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS
+            errors[code] = errors.get(code, 0) + 1
+    if errors:
+        sys.exit(f"CreateTopics failed: error codes {errors}")
+    print(f"created {count} topics of {partitions} partitions")
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -45,6 +87,9 @@ def cpu_seconds(pid):
 
 
 def main():
+    if sys.argv[1] == "--create":
+        create_topics(sys.argv[3], int(sys.argv[2]))
+        return
     host, port = sys.argv[1].rsplit(":", 1)
     pid = int(sys.argv[2])
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 200
