@@ -74,6 +74,7 @@ fn main() {
         drain_timeout: Duration::from_secs(1),
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(Duration::from_secs(60)),
+        refusals: Default::default(),
     };
     let mut relay = Relay::new(&cfg, 1, Arc::new(Metrics::default()));
     let mut sink = AckLater(Vec::with_capacity(k as usize));

@@ -599,3 +599,97 @@ async fn a_deleted_watermark_topic_stops_the_relay_until_the_reset_is_accepted()
     relay.signal("TERM");
     relay.wait_exit(WAIT);
 }
+
+/// A row the broker refuses for its size in the middle of a Kafka transaction:
+/// librdkafka makes the transaction abortable, so the relay aborts it and redoes it
+/// from the newest committed watermark with the row turned poison before it is
+/// sent — the at-least-once outcome: with `too-large=dlq` the dead letter and the
+/// rows around it arrive once each; with the default (`fail`) the relay stops
+/// naming the row and nothing of its Kafka transaction becomes visible.
+/// (`batch.size` below the topic's limit: librdkafka does not split a batch the
+/// broker refuses, so small rows batched with the large one would be refused too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_broker_refuses_mid_transaction_is_redone_as_poison() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let topic = format!("{}.small", db.name);
+    let dlq = format!("{}.dlq", db.name);
+    broker.kafka_tool(
+        "org.apache.kafka.tools.TopicCommand",
+        &[
+            "--create",
+            "--topic",
+            &topic,
+            "--partitions",
+            "1",
+            "--config",
+            "max.message.bytes=10000",
+        ],
+    );
+    let row = |id: &str, len: usize| {
+        format!(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('{id}', 'small', 'k1', 'Created', to_jsonb(repeat('x', {len})));"
+        )
+    };
+    let ids = [
+        "00000000-0000-4000-8000-0000000000a1",
+        "00000000-0000-4000-8000-0000000000a2",
+        "00000000-0000-4000-8000-0000000000a3",
+        "00000000-0000-4000-8000-0000000000a4",
+    ];
+    let extra = [
+        "--kafka-option",
+        "batch.size=9000",
+        "--transaction-interval",
+        "2s",
+    ];
+    let mut args = extra.to_vec();
+    args.extend(["--on-invalid", "too-large=dlq", "--dlq-topic", &dlq]);
+    let mut relay = start_eos(&db, broker, &args);
+    // One Kafka transaction (2 s) holds all three PostgreSQL transactions.
+    db.psql(&format!(
+        "BEGIN; {} {} COMMIT;",
+        row(ids[0], 10),
+        row(ids[1], 20_000)
+    ));
+    db.psql(&row(ids[2], 10));
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
+    let read = |topic: &str, n: usize| {
+        let mut reader = Reader::new(&broker.addr(), &[topic.to_owned()]);
+        reader.try_read_until(WAIT, |r| r.len() >= n);
+        reader.settle(Duration::from_secs(2));
+        reader.records.iter().map(|r| r.id()).collect::<Vec<_>>()
+    };
+    let log = relay.stderr();
+    assert_eq!(read(&topic, 2), [ids[0], ids[2]], "{log}");
+    assert_eq!(read(&dlq, 1), [ids[1]], "{log}");
+    assert!(
+        log.contains("the open kafka transaction is aborted and redone"),
+        "{log}"
+    );
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+
+    // The default policy stops on the row; nothing of its Kafka transaction shows.
+    let mut relay = start_eos(&db, broker, &extra);
+    let again = ids[1].replace("a2", "b2");
+    db.psql(&format!(
+        "BEGIN; {} {} COMMIT;",
+        row(ids[3], 10),
+        row(&again, 20_000)
+    ));
+    let written = current_lsn(&db);
+    let status = relay.wait_exit(WAIT * 2);
+    let log = relay.stderr();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("poison row (too-large) in public.outbox"),
+        "{log}"
+    );
+    assert_eq!(read(&topic, 2), [ids[0], ids[2]], "{log}");
+    assert!(
+        support::workload::slot_lsn(&db, "confirmed_flush_lsn") < written,
+        "slot past the stopped transaction\n{log}"
+    );
+}

@@ -264,6 +264,7 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
         drain_timeout: Duration::ZERO,
         status_interval: Duration::from_millis(100),
         stall_timeout: None,
+        refusals: Default::default(),
     };
     Ok(TailConfig {
         pipeline,
@@ -367,6 +368,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         // Short: the slot should follow acks closely, so a crash resends little.
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
+        refusals: Default::default(),
     };
     let poll = poll(args)?;
     let mut exactly_once = delivery(&args.delivery, poll.is_some())?;
@@ -465,6 +467,7 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         drain_timeout: Duration::from_secs(30),
         status_interval: Duration::from_millis(100),
         stall_timeout: None,
+        refusals: Default::default(),
     };
     Ok(ReplayConfig {
         source,

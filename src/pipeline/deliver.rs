@@ -7,7 +7,8 @@
 //!    begin(commit_time) ─▶ Unit ─┐
 //!    send(record, unit, at) ─────┼─▶ AckTracker.sent ─▶ Sink::send(record, tag(unit))
 //!    poison(invalid, record) ────┘      │ queue full ─▶ parked; retry_pending() first
-//!                  │                    │ refused for its size (a row) ─▶ poison()
+//!                  │                    │ refused for its size (a row, or a row the
+//!                  │                    │ broker refused in an aborted transaction) ─▶ poison()
 //!       --on-invalid: fail │ skip │ dead letter ─▶ send() in the same unit
 //!    commit(unit, end_lsn)                               │
 //!  on_delivery(report) ◀──────────────────────────────────┘
@@ -384,7 +385,14 @@ impl<'a> Deliverer<'a> {
 
     /// Offer a record that already counts in its unit to the sink.
     fn hand_over<S: Sink>(&mut self, sink: &mut S, parked: Parked) -> Result<(), PipelineError> {
-        match sink.send(&parked.record, self.tags.pack(parked.unit)) {
+        // A row the broker refused for its size in an aborted Kafka transaction
+        // (exactly-once, [`Refusals`](super::refusals::Refusals)) is refused up
+        // front in the redo, like one librdkafka refuses by message.max.bytes.
+        let sent = match self.cfg.refusals.of(&parked.record) {
+            Some(refusal) => Err(SendError::Refused(refusal)),
+            None => sink.send(&parked.record, self.tags.pack(parked.unit)),
+        };
+        match sent {
             Ok(()) => {
                 self.stats.produced += 1;
                 Ok(())
@@ -520,6 +528,7 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             status_interval: Duration::from_millis(100),
             stall_timeout: None,
+            refusals: Default::default(),
         }
     }
 

@@ -78,6 +78,11 @@ pub enum PipelineError {
     /// nothing past the last committed watermark was confirmed.
     #[error(transparent)]
     Transaction(#[from] crate::kafka::producer::TxnError),
+    /// Exactly-once: the broker refused a row of the open Kafka transaction for its
+    /// size; the transaction is aborted and redone from the newest committed
+    /// watermark, the row then handled by `--on-invalid too-large=…`.
+    #[error("{0}; the open kafka transaction is aborted and redone from the newest committed watermark, with this row handled by --on-invalid too-large")]
+    RedoWithoutRow(Box<crate::kafka::producer::DeliveryError>),
     /// Exactly-once: the watermark could not be read or written.
     #[error(transparent)]
     Watermark(#[from] crate::kafka::watermark::WatermarkError),
@@ -94,6 +99,7 @@ impl PipelineError {
             PipelineError::StreamClosed => true,
             PipelineError::Delivery(e) => !e.permanent,
             PipelineError::Stalled(_) => true,
+            PipelineError::RedoWithoutRow(_) => true,
             PipelineError::Watch(e) => e.is_transient(),
             PipelineError::Transaction(e) => {
                 !matches!(e, crate::kafka::producer::TxnError::Fenced { .. })

@@ -59,6 +59,7 @@ pub mod exactly_once;
 pub mod latency;
 mod progress;
 pub mod record;
+pub mod refusals;
 pub mod relay;
 mod session;
 pub mod shown;
@@ -121,6 +122,9 @@ pub struct PipelineConfig {
     /// How long the oldest in-flight record may go without progress before the
     /// session ends as stalled (`--stall-timeout`; `None`: never).
     pub stall_timeout: Option<Duration>,
+    /// Exactly-once: rows the broker refused for their size in an aborted Kafka
+    /// transaction, poison up front when the redo meets them (shared by sessions).
+    pub refusals: refusals::Refusals,
 }
 
 /// Counters of one session.

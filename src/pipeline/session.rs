@@ -322,9 +322,13 @@ impl<'a> Session<'a> {
 
     /// One report to the core. With exactly-once, a watermark's report is the
     /// commit's business, and any failed record ends the session: the transaction
-    /// cannot commit, and the next session's `init_transactions` aborts it (a
-    /// record the broker refuses for good stops the relay instead of redoing the
-    /// transaction forever).
+    /// cannot commit, and the next session's `init_transactions` aborts it. A row
+    /// the broker refused for its size is noted first ([`Refusals`]), so the redo
+    /// turns it poison before it is sent (`--on-invalid too-large=…`, its dead
+    /// letter in the redo's transaction); any other refusal for good stops the
+    /// relay instead of redoing the transaction forever.
+    ///
+    /// [`Refusals`]: super::refusals::Refusals
     fn on_delivery(&mut self, delivery: Delivery) -> Result<(), PipelineError> {
         if self.eos.is_some() {
             if delivery.tag == WATERMARK_TAG {
@@ -334,6 +338,11 @@ impl<'a> Session<'a> {
                 };
             }
             if let Err(err) = delivery.result {
+                let cfg = self.cfg;
+                if super::record::is_poison_refusal(cfg, &err) {
+                    cfg.refusals.note(&err);
+                    return Err(PipelineError::RedoWithoutRow(Box::new(err)));
+                }
                 return Err(PipelineError::Delivery(err));
             }
         }

@@ -79,6 +79,7 @@ fn config() -> PipelineConfig {
         drain_timeout: Duration::from_secs(1),
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(Duration::from_secs(60)),
+        refusals: Default::default(),
     }
 }
 
