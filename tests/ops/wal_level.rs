@@ -118,7 +118,8 @@ async fn check_source_poll_on_wal_level_replica() {
             "unpublished_index",
             "poll_order",
             "poll_privileges",
-            "notify_trigger"
+            "notify_trigger",
+            "delivery"
         ]
     );
     assert_eq!(
