@@ -24,7 +24,7 @@ use crate::kafka::config::Scrubber;
 pub enum TxnError {
     /// Another producer with the same transactional id started: this relay is a
     /// zombie and must stop writing.
-    #[error("this relay was fenced: another producer started with transactional id {id:?} ({reason}); another relay holds the slot now")]
+    #[error("this relay was fenced: another producer started with transactional id {id:?} ({reason}); another relay holds the slot now, or, if none runs, the broker aborted a Kafka transaction open longer than transaction.timeout.ms (a PostgreSQL transaction too large to send within it); fix: stop the other relay, or raise --kafka-option transaction.timeout.ms (at most the brokers' transaction.max.timeout.ms, 15 minutes by default)")]
     Fenced { id: String, reason: String },
     /// The transaction cannot commit; abort it and write it again.
     #[error("the kafka transaction failed and must be aborted: {reason} ({code:?})")]
