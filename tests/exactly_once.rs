@@ -693,3 +693,56 @@ async fn a_row_the_broker_refuses_mid_transaction_is_redone_as_poison() {
         "slot past the stopped transaction\n{log}"
     );
 }
+
+/// rust-rdkafka's transactional calls block: they run off the runtime that reads
+/// WAL and answers keepalives. With 1.5 s added to every chunk on the Kafka link,
+/// each `init_transactions` and commit takes 3 s or more (measured on the relay's
+/// own commit-time counter), beyond a 2 s `wal_sender_timeout`; the walsender must
+/// never time the relay out (same walsender pid throughout, no interrupted
+/// session) and every event arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_kafka_transactions_do_not_trip_a_two_second_wal_sender_timeout() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start_kafka(&[]);
+    broker.proxy().latency(Duration::from_millis(1500));
+    let url = format!("{}&options=-c%20wal_sender_timeout%3D2s", db.url());
+    let args = eos_args(&db, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = support::workload::run_args_via(&db, &url, &broker.addr(), &args);
+    let mut relay = support::workload::start_relay(&args);
+    let walsender = || {
+        db.psql(&format!(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{}'",
+            db.name
+        ))
+    };
+    let pid = walsender();
+    let mut ledger = Ledger::default();
+    write(&db, 41, &mut ledger, 30).await;
+    wait_confirmed(&db, current_lsn(&db), &relay, WAIT * 2);
+    let log = relay.stderr();
+    let commits = http_metric(&relay, "pgoutbox_kafka_transactions_committed_total");
+    let seconds = http_metric(&relay, "pgoutbox_kafka_transaction_commit_seconds_total");
+    eprintln!("{commits} commits in {seconds:.1} s");
+    assert!(commits >= 1.0, "{commits} commits\n{log}");
+    assert!(
+        seconds / commits >= 2.0,
+        "commits took {seconds} s for {commits}: the latency did not apply"
+    );
+    assert_eq!(walsender(), pid, "the walsender was replaced\n{log}");
+    assert!(!log.contains("interrupted"), "{log}");
+    broker.proxy().latency(Duration::ZERO);
+    let (verdict, _) = read_all(&broker, &db, &ledger);
+    assert_exactly_once("slow kafka transactions", &verdict);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+}
+
+/// A counter's value on the relay's `/metrics`.
+fn http_metric(relay: &Pgoutbox, name: &str) -> f64 {
+    let metrics = support::workload::http_get(relay, "/metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
