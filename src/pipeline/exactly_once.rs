@@ -344,7 +344,12 @@ pub async fn start(
         .transactions()
         .expect("the sink was just made transactional");
     let init = txns.clone();
+    // Crash points around the fencing: before it (the previous producer's
+    // transaction still open) and after it (that transaction aborted, nothing of
+    // this session written or read yet).
+    failpoint("before-init-transactions");
     blocking(move || init.init(SETUP_TIMEOUT)).await??;
+    failpoint("after-init-transactions");
     watermark::ensure_topic(&reader, &cfg.watermark_topic, SETUP_TIMEOUT).await?;
     let (topic, key) = (cfg.watermark_topic.clone(), id.clone());
     let newest =
