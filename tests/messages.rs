@@ -127,6 +127,13 @@ async fn messages_only_relays_messages_with_an_empty_publication() {
     reader.read_until("every message", WAIT, |r| r.len() >= ledger.len());
     reader.settle(std::time::Duration::from_secs(1));
     let verdict = verify(&ledger, &reader.records);
+    if verdict.lost + verdict.reordered + verdict.duplicated_total > 0 {
+        // Seen once on PostgreSQL 16 under a kill -9 stress beside it: every message
+        // twice and one key's first deliveries out of order. Say what the relay did.
+        let log = relay.stderr();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.contains(" TRACE ")).collect();
+        eprintln!("{verdict:?}; the relay's log:\n{}", lines.join("\n"));
+    }
     verdict.assert_no_loss();
     assert_eq!(verdict.delivered, 202);
     let got: HashSet<String> = reader.records.iter().map(|r| r.id()).collect();
