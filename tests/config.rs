@@ -344,3 +344,41 @@ fn config_show_shows_a_configuration_that_lacks_brokers() {
     let mut run = Pgoutbox::spawn(&["run", "--slot", "shown"]);
     assert_eq!(run.wait_exit(WAIT).code(), Some(2), "{}", run.stderr());
 }
+
+/// `config show` prints the delivery mode and, with exactly-once, its settings, as
+/// keys a config file takes back.
+#[test]
+fn config_show_names_the_delivery_mode_and_reads_back() {
+    let out = show(&["--brokers", "b:1"], &[]);
+    assert!(out.contains("delivery = \"at-least-once\""), "{out}");
+    assert!(!out.contains("watermark_topic"), "{out}");
+    let out = show(
+        &[
+            "--brokers",
+            "b:1",
+            "--delivery",
+            "exactly-once",
+            "--transactional-id",
+            "shop-relay",
+        ],
+        &[],
+    );
+    for line in [
+        "delivery = \"exactly-once\"",
+        "watermark_topic = \"pgoutbox.offsets\"",
+        "transactional_id = \"shop-relay\"",
+        "transaction_interval = \"100ms\"",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    let file = write_temp(
+        "delivery.toml",
+        "brokers = \"b:1\"\ndelivery = \"exactly-once\"\ntransaction_interval = \"250ms\"\n",
+    );
+    let again = show(&["--config", &file], &[]);
+    assert!(again.contains("delivery = \"exactly-once\""), "{again}");
+    assert!(
+        again.contains("transaction_interval = \"250ms\""),
+        "{again}"
+    );
+}

@@ -133,6 +133,20 @@ pub fn show_toml(cfg: &RunConfig) -> String {
             humantime::format_duration(t).to_string()
         })),
     );
+    match &cfg.exactly_once {
+        None => line("delivery", q("at-least-once")),
+        Some(eos) => {
+            line("delivery", q("exactly-once"));
+            line("watermark_topic", q(&eos.watermark_topic));
+            if let Some(id) = &eos.transactional_id {
+                line("transactional_id", q(id));
+            }
+            line(
+                "transaction_interval",
+                q(&humantime::format_duration(eos.interval).to_string()),
+            );
+        }
+    }
     let hb = &cfg.heartbeat;
     line(
         "heartbeat_interval",
