@@ -35,6 +35,7 @@ fn every_pgoutbox_name_is_a_cli_env_twin() {
     let scripts = [
         ("PGOUTBOX_TEST_BROKER", "tests/support/kafka/broker.rs"),
         ("PGOUTBOX_QUICKSTART_BROKER", "scripts/quickstart.sh"),
+        ("PGOUTBOX_LONG", "tests/faults.rs"),
     ];
     for (name, reader) in scripts {
         assert!(
