@@ -41,6 +41,16 @@ fn watermark_topic(db: &TestDb<'_>) -> String {
     format!("{}.offsets", db.name)
 }
 
+/// Run an exactly-once relay that is expected to stop by itself: its exit code
+/// and log.
+fn eos_until_exit(db: &TestDb<'_>, broker: &Broker, extra: &[&str]) -> (Option<i32>, String) {
+    let args = eos_args(db, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut relay = Pgoutbox::spawn(&run_args(db, &broker.addr(), &args));
+    let status = relay.wait_exit(WAIT);
+    (status.code(), relay.stderr())
+}
+
 fn start_eos(db: &TestDb<'_>, broker: &Broker, extra: &[&str]) -> Pgoutbox {
     let args = eos_args(db, extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -332,12 +342,8 @@ fn a_watermark_of_another_database_system_stops_the_relay() {
         &id,
         &foreign.to_string(),
     );
-    let args = eos_args(&db, &["--transactional-id", &id]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut relay = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
-    let status = relay.wait_exit(WAIT);
-    let stderr = relay.stderr();
-    assert_eq!(status.code(), Some(5), "{stderr}");
+    let (status, stderr) = eos_until_exit(&db, broker, &["--transactional-id", &id]);
+    assert_eq!(status, Some(5), "{stderr}");
     assert!(
         stderr.contains("written for database system 1") && stderr.contains("--transactional-id"),
         "the stop names the watermark's system and the fix: {stderr}"
@@ -389,12 +395,8 @@ fn a_watermark_topic_that_is_not_compacted_stops_the_relay_with_the_command() {
             "1",
         ],
     );
-    let args = eos_args(&db, &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut relay = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
-    let status = relay.wait_exit(WAIT);
-    let stderr = relay.stderr();
-    assert_ne!(status.code(), Some(0), "{stderr}");
+    let (status, stderr) = eos_until_exit(&db, broker, &[]);
+    assert_ne!(status, Some(0), "{stderr}");
     assert!(
         stderr.contains("cleanup.policy=delete")
             && stderr.contains("--add-config cleanup.policy=compact"),
@@ -561,12 +563,8 @@ async fn after_a_promotion_a_watermark_past_the_branch_point_stops_the_relay() {
         &id,
         &forged.to_string(),
     );
-    let args = eos_args(&db, &["--transactional-id", &id]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut relay = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
-    let status = relay.wait_exit(WAIT);
-    let stderr = relay.stderr();
-    assert_eq!(status.code(), Some(5), "{stderr}");
+    let (status, stderr) = eos_until_exit(&db, broker, &["--transactional-id", &id]);
+    assert_eq!(status, Some(5), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "past {switch} where this server's timeline 2 branched off it"
@@ -601,12 +599,8 @@ async fn a_deleted_watermark_topic_stops_the_relay_until_the_reset_is_accepted()
         let listed = broker.kafka_tool("org.apache.kafka.tools.TopicCommand", &["--list"]);
         (!listed.lines().any(|l| l.trim() == topic)).then_some(())
     });
-    let args = eos_args(&db, &["--transactional-id", &id]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut stopped = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
-    let status = stopped.wait_exit(WAIT);
-    let stderr = stopped.stderr();
-    assert_eq!(status.code(), Some(5), "{stderr}");
+    let (status, stderr) = eos_until_exit(&db, broker, &["--transactional-id", &id]);
+    assert_eq!(status, Some(5), "{stderr}");
     assert!(
         stderr.contains("holds no watermark for transactional id")
             && stderr.contains("--accept-watermark-reset"),

@@ -3,12 +3,14 @@
 //! coordinator finishes the previous producer's transaction, `commit_transaction`
 //! for as long as every record of the transaction takes to be acked).
 //!
-//! Invariants: a commit or abort serves the producer's main queue while it waits
+//! Invariants: a commit serves the producer's main queue while it waits
 //! (librdkafka flushes first) and holds the sink's serving lock for that time, so
 //! delivery reports still reach the channel one poller at a time, in order; every
 //! failure is classified once ([`TxnError`]): *fenced* (another relay took the
 //! transactional id over: this one must stop), *abortable* (the transaction is
-//! lost, the producer goes on after an abort), or *fatal* (the producer is done).
+//! lost), or *fatal* (the producer is done). There is no explicit abort: a failed
+//! session ends, and the next one's `init_transactions` (a new producer, the same
+//! id) aborts what was left open.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,20 +112,6 @@ impl Transactions {
         self.polled
             .producer
             .commit_transaction(timeout)
-            .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
-    }
-
-    /// `abort_transaction`: its records are never visible to `read_committed`
-    /// readers. Blocking.
-    pub fn abort(&self, timeout: Duration) -> Result<(), TxnError> {
-        let _serving = self
-            .polled
-            .serving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        self.polled
-            .producer
-            .abort_transaction(timeout)
             .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
     }
 }
