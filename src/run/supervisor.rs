@@ -162,14 +162,11 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
         }
         return Ok(false);
     };
-    if is_fence(code) {
-        // Exactly-once: another relay took the transactional id (and so the
-        // slot); a new producer would fence it in turn. Stop, as a fenced commit
-        // does.
-        let id = sink
-            .transactions()
-            .map(|t| t.id().to_owned())
-            .unwrap_or_default();
+    // Exactly-once: another relay took the transactional id (and so the slot); a
+    // new producer would fence it in turn. Stop, as a fenced commit does. (An
+    // idempotent producer without transactions bumps its epoch itself.)
+    if let Some(txns) = sink.transactions().filter(|_| is_fence(code)) {
+        let id = txns.id().to_owned();
         return Err(PipelineError::Transaction(TxnError::Fenced { id, reason }).into());
     }
     if is_permanent(code) {
