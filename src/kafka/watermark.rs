@@ -346,7 +346,17 @@ pub async fn ensure_topic(
             Ok(())
         }
         Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {
-            check_compacted(&admin, topic, &options, &scrubber).await
+            let not_compacted = |policy| WatermarkError::NotCompacted {
+                topic: topic.to_owned(),
+                policy,
+            };
+            match describe(&admin, topic, &options, &scrubber).await? {
+                // Not allowed to describe it: the relay cannot tell; reading it will.
+                TopicState::Compacted | TopicState::Undescribed(_) => Ok(()),
+                TopicState::NotCompacted(policy) => Err(not_compacted(policy)),
+                // Said to exist, described without a policy.
+                TopicState::Missing => Err(not_compacted(String::new())),
+            }
         }
         Some(Err((_, code))) => Err(missing(format!("{code:?}"))),
         None => Err(missing("no answer for the topic".to_owned())),
@@ -380,8 +390,22 @@ pub async fn inspect_topic(
     let admin: AdminClient<DefaultClientContext> =
         config.create().map_err(|e| read(e.to_string()))?;
     let options = AdminOptions::new().request_timeout(Some(timeout));
+    describe(&admin, topic, &options, &scrubber).await
+}
+
+/// What DescribeConfigs says of `topic`'s `cleanup.policy`.
+async fn describe(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    options: &AdminOptions,
+    scrubber: &Scrubber,
+) -> Result<TopicState, WatermarkError> {
+    let read = |reason: String| WatermarkError::Read {
+        topic: topic.to_owned(),
+        reason: scrubber.scrub(&reason),
+    };
     let described = admin
-        .describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(topic)], &options)
+        .describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(topic)], options)
         .await
         .map_err(|e| read(e.to_string()))?;
     Ok(match described.into_iter().next() {
@@ -403,38 +427,6 @@ pub async fn inspect_topic(
         Some(Err(code)) => TopicState::Undescribed(format!("{code:?}")),
         None => TopicState::Undescribed("no answer for the topic".to_owned()),
     })
-}
-
-async fn check_compacted(
-    admin: &AdminClient<DefaultClientContext>,
-    topic: &str,
-    options: &AdminOptions,
-    scrubber: &Scrubber,
-) -> Result<(), WatermarkError> {
-    let read = |reason: String| WatermarkError::Read {
-        topic: topic.to_owned(),
-        reason: scrubber.scrub(&reason),
-    };
-    let described = admin
-        .describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(topic)], options)
-        .await
-        .map_err(|e| read(e.to_string()))?;
-    let Some(Ok(resource)) = described.into_iter().next() else {
-        // Not allowed to describe it: the relay cannot tell; reading it will.
-        return Ok(());
-    };
-    let policy = resource
-        .get("cleanup.policy")
-        .and_then(|e| e.value.clone())
-        .unwrap_or_default();
-    if policy.split(',').any(|p| p.trim() == "compact") {
-        Ok(())
-    } else {
-        Err(WatermarkError::NotCompacted {
-            topic: topic.to_owned(),
-            policy,
-        })
-    }
 }
 
 #[cfg(test)]
