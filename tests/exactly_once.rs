@@ -300,6 +300,138 @@ async fn a_crash_between_the_kafka_commit_and_the_slot_sends_nothing_twice() {
     .await;
 }
 
+/// A zombie: relay A stops (SIGSTOP, raised by a failpoint right before its
+/// commit, so it is paused holding an open Kafka transaction with records and a
+/// watermark in it); its walsender is ended (as `wal_sender_timeout` would);
+/// relay B takes the slot and fences A's transactional id. Resumed (SIGCONT), A
+/// goes on to commit — a write — is fenced, says so and stops; a read_committed
+/// reader sees nothing A's open transaction held, and every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_relay_is_fenced_and_nothing_it_wrote_is_visible() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let mut ledger = Ledger::default();
+    let args = eos_args(&db, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut zombie = Pgoutbox::spawn_with_env(
+        &run_args(&db, &broker.addr(), &args),
+        &[("PGOUTBOX_FAILPOINT", "before-kafka-commit:2:stop")],
+    );
+    zombie.wait_stderr("relaying outbox to kafka", WAIT);
+    // A first Kafka transaction commits; the second one is where A stops.
+    write(&db, 700, &mut ledger, 20).await;
+    wait_confirmed(&db, current_lsn(&db), &zombie, WAIT * 2);
+    write(&db, 703, &mut ledger, 20).await;
+    zombie.wait_stderr("failpoint before-kafka-commit hit", WAIT);
+    // Stopped with its transaction open: its records went out, none committed.
+    let successor = Pgoutbox::spawn(&run_args(&db, &broker.addr(), &args));
+    successor.wait_stderr("standing by", WAIT);
+    db.psql(&format!(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+         WHERE slot_name = '{}' AND active_pid IS NOT NULL",
+        db.name
+    ));
+    successor.wait_stderr(
+        "exactly-once: resuming after the newest committed watermark",
+        WAIT,
+    );
+    write(&db, 701, &mut ledger, 40).await;
+    let end = current_lsn(&db);
+    wait_confirmed(&db, end, &successor, WAIT * 2);
+    zombie.signal("CONT");
+    let status = zombie.wait_exit(WAIT);
+    let log = zombie.stderr();
+    assert!(
+        log.contains("this relay was fenced"),
+        "the resumed zombie must be told it was fenced (status {status:?}):\n{log}"
+    );
+    assert_ne!(
+        status.code(),
+        Some(0),
+        "a fenced relay exits non-zero:\n{log}"
+    );
+    let fenced = log
+        .lines()
+        .filter(|l| l.contains("fenced"))
+        .collect::<Vec<_>>();
+    eprintln!("the zombie's end ({status:?}):\n{}", fenced.join("\n"));
+    write(&db, 702, &mut ledger, 10).await;
+    let end = current_lsn(&db);
+    wait_confirmed(&db, end, &successor, WAIT * 2);
+    let (verdict, _) = read_all(broker, &db, &ledger);
+    assert_exactly_once("exactly-once zombie", &verdict);
+}
+
+/// A counter or gauge summed over its label sets on the relay's `/metrics`.
+fn metric_sum(relay: &Pgoutbox, name: &str) -> f64 {
+    let metrics = support::workload::http_get(relay, "/metrics");
+    metrics
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// A broker outage in the middle of a Kafka transaction: the Apache Kafka node is
+/// killed (kill -9) while records of an uncommitted transaction are acked in it
+/// (the relay's acked count runs ahead of the records its committed transactions
+/// hold), stays down while the writers go on, and is started again (its
+/// transaction log on disk: the coordinator aborts or completes what was open)
+/// after 30 more transactions were written. The relay keeps running through it;
+/// a read_committed reader gets every event once, in order per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_mid_transaction_loses_and_repeats_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::start_kafka(&[]);
+    let mut relay = start_eos(&db, &broker, &["--transaction-interval", "1s"]);
+    let mut ledger = Ledger::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = writer(&db, 800, stop.clone());
+    // A transaction committed, and the open one holds 100 acked records or more.
+    let open = || {
+        let committed = metric_sum(&relay, "pgoutbox_kafka_transaction_records_total");
+        let acked = metric_sum(&relay, "outbox_events_published_total");
+        (committed > 0.0 && acked >= committed + 100.0).then_some((committed, acked))
+    };
+    let (committed, acked) = support::wait_for(
+        "an open Kafka transaction holding acked records",
+        WAIT,
+        open,
+    );
+    broker.kill();
+    eprintln!("broker killed with {acked} records acked, {committed} of them committed");
+    // One writer at a time, so the ledger's order is the commit order.
+    stop.store(true, Ordering::Relaxed);
+    ledger.committed.extend(writing.await.unwrap().committed);
+    support::wait_for("the relay to see the producer down", WAIT, || {
+        (metric_sum(&relay, "pgoutbox_producer_connected") == 0.0).then_some(())
+    });
+    // The outage lasts while 30 more transactions are written.
+    write(&db, 801, &mut ledger, 30).await;
+    broker.start_again();
+    write(&db, 802, &mut ledger, 10).await;
+    let end = current_lsn(&db);
+    wait_confirmed(&db, end, &relay, WAIT * 3);
+    let log = relay.stderr();
+    assert!(
+        relay.try_exit().is_none(),
+        "the relay must ride out the outage:\n{log}"
+    );
+    let failed = metric_sum(&relay, "pgoutbox_kafka_transactions_failed_total");
+    let commits = metric_sum(&relay, "pgoutbox_kafka_transactions_committed_total");
+    eprintln!("broker outage: {commits} Kafka transactions committed, {failed} failed");
+    let (verdict, _) = read_all(&broker, &db, &ledger);
+    assert_exactly_once("exactly-once broker outage", &verdict);
+    relay.signal("TERM");
+    relay.wait_exit(WAIT);
+}
+
 /// One record, acked.
 fn produce_one(brokers: &str, topic: &str, key: &str, value: &str) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};

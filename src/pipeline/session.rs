@@ -190,6 +190,11 @@ impl<'a> Session<'a> {
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<SessionStats, PipelineError> {
         let mut result = self.run_loop(shutdown).await;
         self.metrics.set_replication_connected(false);
+        if result.is_err() {
+            if let Some(fenced) = self.commit_verdict().await {
+                result = Err(fenced);
+            }
+        }
         if let Ok(End::Drained { deadline }) = result {
             self.flush(deadline);
             if let Err(err) = self.commit_at_end() {
@@ -506,6 +511,31 @@ impl<'a> Session<'a> {
             );
         }
         Err(PipelineError::Stalled(Box::new(stall)))
+    }
+
+    /// Exactly-once, a session ending on an error while a commit runs: wait for
+    /// the commit's verdict (it is bounded by its own timeout). Committed, the
+    /// state file and the final confirmation count it; fenced, that is why the
+    /// session ended (returned: the relay stops instead of standing by as if
+    /// nothing happened — a zombie learns it was one); any other failure leaves the
+    /// transaction to the next session's `init_transactions`.
+    async fn commit_verdict(&mut self) -> Option<PipelineError> {
+        if !self.eos.as_ref().is_some_and(ExactlyOnce::committing) {
+            return None;
+        }
+        match committed(&mut self.eos).await {
+            Ok(end_lsn) => {
+                tracing::info!(%end_lsn, "the kafka transaction in flight when the session ended committed");
+                self.committed_watermark();
+                self.sink.transaction_ended();
+                None
+            }
+            Err(err @ TxnError::Fenced { .. }) => Some(PipelineError::Transaction(err)),
+            Err(err) => {
+                tracing::warn!(error = %crate::report::Report(&err), "the kafka transaction in flight when the session ended did not commit; the next session aborts it and sends its rows again");
+                None
+            }
+        }
     }
 
     /// Exactly-once, after a completed drain: commit what is open (its watermark

@@ -742,6 +742,11 @@ impl Pgoutbox {
         status
     }
 
+    /// The exit status if pgoutbox has exited (without waiting).
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Send a signal by name (`TERM`, `INT`, `KILL`, `STOP`, `CONT`).
     pub fn signal(&self, name: &str) {
         run_ok(

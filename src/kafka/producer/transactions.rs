@@ -55,11 +55,7 @@ impl TxnError {
                 false,
             ),
         };
-        if matches!(
-            code,
-            RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
-        ) || (fatal && reason.to_ascii_lowercase().contains("fenced"))
-        {
+        if super::is_fence(code) || (fatal && reason.to_ascii_lowercase().contains("fenced")) {
             return TxnError::Fenced {
                 id: id.to_owned(),
                 reason,
