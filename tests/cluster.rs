@@ -175,3 +175,72 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
     verdict.assert_no_loss();
     audit.assert_clean();
 }
+
+/// `--delivery exactly-once` on the three-node cluster: the leader of the busiest
+/// partition is killed (kill -9) while the writer writes, then the node that
+/// coordinates the relay's transactions (the leader of its `__transaction_state`
+/// partition is not known to the test: the node leading the watermark topic is
+/// killed instead, which also moves that topic's leadership mid-transaction).
+/// Both come back; a read_committed reader gets every event once, in order per key.
+#[test]
+fn three_brokers_leader_kill_with_exactly_once_sends_nothing_twice() {
+    let db = PgCluster::shared().fresh_db();
+    let cluster = KafkaCluster::start(3, &[]);
+    let mut monitor = Monitor::new(&db);
+    let args = crate::exactly_once::eos_args(&db, &["--stall-timeout", STALL_TIMEOUT]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let relay = support::workload::start_run(&db, &cluster.addrs(), &args);
+    let writer = Writer::spawn(WriterConfig {
+        url: db.url(),
+        seed: 3302,
+        types: vec!["order"],
+        keys: 20,
+        max_rows: 10,
+        rollbacks: true,
+        pause: Duration::from_millis(10),
+    });
+    let topic = topics(&db, &["order"]);
+    let mut reader = Reader::new(&cluster.addrs(), &topic);
+    reader.read_until("records before the leader kill", WAIT, |r| r.len() >= 300);
+    let partition = busiest(&reader.records);
+    let leader = cluster
+        .leaders(&topic[0])
+        .iter()
+        .find(|(p, _)| *p == partition)
+        .map(|(_, l)| *l)
+        .expect("the busiest partition has a leader");
+    cluster.node(leader).kill();
+    let took = wait_progress(&mut monitor, &relay, "progress with a leader dead");
+    cluster.node(leader).start_again();
+    cluster.wait_in_sync(&topic[0]);
+    let watermarks = format!("{}.offsets", db.name);
+    let (_, marks_leader) = cluster.leaders(&watermarks)[0];
+    cluster.node(marks_leader).kill();
+    let took_marks = wait_progress(
+        &mut monitor,
+        &relay,
+        "progress with the watermark leader dead",
+    );
+    cluster.node(marks_leader).start_again();
+    cluster.wait_in_sync(&topic[0]);
+    wait_progress(&mut monitor, &relay, "progress with every node back");
+    let (ledger, stats) = writer.finish();
+    let complete = read_all(&mut reader, &ledger, WAIT * 4);
+    reader.settle(Duration::from_secs(2));
+    let verdict = verify(&ledger, &reader.records);
+    eprintln!(
+        "FIGURES three brokers, exactly-once: node {leader} (leader of partition {partition})          killed, the slot passed the WAL written by then {took:?} later; node {marks_leader}          (watermark topic leader) killed, {took_marks:?}; {verdict:?}; writer {stats:?}"
+    );
+    assert!(
+        complete,
+        "not every event arrived: {verdict:?}\nrelay:\n{}",
+        log_tail(&relay)
+    );
+    verdict.assert_no_loss();
+    assert_eq!(
+        verdict.duplicated_total,
+        0,
+        "a read_committed reader saw events twice: {verdict:?}\n{}",
+        log_tail(&relay)
+    );
+}

@@ -26,7 +26,7 @@ use support::{PgCluster, Pgoutbox, Rng, TestDb, WAIT};
 const TYPES: &[&str] = &["order", "payment"];
 
 /// The relay's arguments for exactly-once with `db`'s own watermark topic.
-fn eos_args(db: &TestDb<'_>, extra: &[&str]) -> Vec<String> {
+pub(crate) fn eos_args(db: &TestDb<'_>, extra: &[&str]) -> Vec<String> {
     let mut args = vec![
         "--delivery".to_owned(),
         "exactly-once".to_owned(),

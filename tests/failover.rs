@@ -188,12 +188,34 @@ fn insert_marker(pair: &Pair, db: &str) -> String {
 
 #[test]
 fn relay_resumes_on_the_promoted_standby() {
+    resumes_on_the_promoted_standby(false);
+}
+
+/// The same failover with `--delivery exactly-once` on Apache Kafka: the
+/// watermark written on the old primary is at or below what the standby flushed
+/// (`synchronized_standby_slots` holds the relay back until it has), so the relay
+/// resumes on the new primary after it and a read_committed reader sees no event
+/// twice.
+#[test]
+fn relay_with_exactly_once_resumes_on_the_promoted_standby_sending_nothing_twice() {
+    resumes_on_the_promoted_standby(true);
+}
+
+fn resumes_on_the_promoted_standby(eos: bool) {
     let pair = Pair::start();
     let db = pair.primary.fresh_db();
     let url = pair.url(&db.name, "read-write");
-    let broker = Broker::shared().addr();
-    let heartbeat = ["--heartbeat-interval", "500ms"];
-    let relay = start_relay(&run_args_via(&db, &url, &broker, &heartbeat));
+    let broker = if eos {
+        Broker::shared_kafka().addr()
+    } else {
+        Broker::shared().addr()
+    };
+    let mut args = vec!["--heartbeat-interval".to_owned(), "500ms".to_owned()];
+    if eos {
+        args.extend(crate::exactly_once::eos_args(&db, &[]));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let relay = start_relay(&run_args_via(&db, &url, &broker, &args));
     let writer = Writer::spawn(WriterConfig {
         url: url.clone(),
         seed: 17,
@@ -272,11 +294,12 @@ fn relay_resumes_on_the_promoted_standby() {
     reader.settle(Duration::from_secs(2));
     let verdict = verify(&expected, &reader.records);
     eprintln!(
-        "FIGURES failover: expected={} delivered={} lost={} unexpected={} reordered={} \
+        "FIGURES failover{}: expected={} delivered={} lost={} unexpected={} reordered={} \
          duplicated_total={} duplicated_max_copies={} undone_by_failover={undone} \
          committed_before_fault={committed_before} promote_s={:.1} resume_s={:.1} \
          (pg_ctl promote → first event committed on the new primary delivered) \
          writer={stats:?}",
+        if eos { " (exactly-once)" } else { "" },
         verdict.committed,
         verdict.delivered,
         verdict.lost,
@@ -300,6 +323,14 @@ fn relay_resumes_on_the_promoted_standby() {
         log_tail(&relay)
     );
     verdict.assert_no_loss();
+    if eos {
+        assert_eq!(
+            verdict.duplicated_total,
+            0,
+            "a read_committed reader saw events twice: {verdict:?}\n{}",
+            log_tail(&relay)
+        );
+    }
     // One resumption from a synchronized slot that may lag what the relay confirmed
     // on the old primary: each event at most once again, and only events committed
     // before the fault.
