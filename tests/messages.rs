@@ -21,7 +21,7 @@ use support::{PgCluster, Pgoutbox, TestDb, WAIT};
 const MESSAGES_ONLY: &str = "--messages-only";
 
 /// Load the helper into `db`.
-fn load_helper(db: &TestDb<'_>) {
+pub(crate) fn load_helper(db: &TestDb<'_>) {
     let sql = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/sql/outbox_message.sql"
@@ -32,7 +32,7 @@ fn load_helper(db: &TestDb<'_>) {
 
 /// On a server older than 14, assert that `run --messages-only` refuses with the
 /// fix, and return true (the caller's scenario cannot run there).
-fn refused_before_14(db: &TestDb<'_>, broker: &str) -> bool {
+pub(crate) fn refused_before_14(db: &TestDb<'_>, broker: &str) -> bool {
     if db.server_version_num() >= 140000 {
         return false;
     }
