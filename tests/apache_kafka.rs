@@ -204,6 +204,74 @@ async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison
     );
 }
 
+/// An Apache Kafka node with KRaft's `StandardAuthorizer`: the relay comes in
+/// over SASL/PLAIN as `User:relay`, with no ACL until a test adds one; the
+/// plaintext listener (the test's own admin and reader) and the controllers are
+/// `ANONYMOUS`, super users.
+struct AclBroker {
+    broker: Broker,
+    /// The SASL listener, for the relay.
+    brokers: String,
+    password: String,
+}
+
+impl AclBroker {
+    fn start() -> AclBroker {
+        let sasl = free_port();
+        let jaas = "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+                    org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    user_relay=\"relay-secret\";";
+        let broker = Broker::start_with(BrokerOptions {
+            kind: Some(Kind::Kafka),
+            listeners: vec![format!("SASL_PLAINTEXT://127.0.0.1:{sasl}")],
+            properties: [
+                "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users=User:ANONYMOUS",
+                "allow.everyone.if.no.acl.found=false",
+                "sasl.enabled.mechanisms=PLAIN",
+                jaas,
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..BrokerOptions::default()
+        });
+        let password = support::temp_dir("acl").join("password");
+        std::fs::write(&password, "relay-secret\n").unwrap();
+        AclBroker {
+            broker,
+            brokers: format!("127.0.0.1:{sasl}"),
+            password: password.display().to_string(),
+        }
+    }
+
+    /// The relay's Kafka options for `User:relay`.
+    fn relay_args(&self) -> Vec<String> {
+        [
+            "--kafka-option",
+            "security.protocol=SASL_PLAINTEXT",
+            "--kafka-option",
+            "sasl.mechanism=PLAIN",
+            "--kafka-option",
+            "sasl.username=relay",
+            "--kafka-sasl-password-file",
+            &self.password,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    /// Allow `User:relay` `operations` on `resource` (`kafka-acls` arguments).
+    fn allow(&self, operations: &[&str], resource: &[&str]) {
+        let mut args = vec!["--add", "--allow-principal", "User:relay"];
+        for op in operations {
+            args.extend(["--operation", op]);
+        }
+        args.extend(resource);
+        self.broker
+            .kafka_tool("org.apache.kafka.tools.AclCommand", &args);
+    }
+}
+
 /// KRaft's `StandardAuthorizer`: the relay's principal (SASL/PLAIN user `relay`)
 /// has no ACL on its topic. The relay stops naming the principal, the resource and
 /// the `kafka-acls` command that fixes it, confirms nothing past the row, and
@@ -212,44 +280,14 @@ async fn a_topic_with_a_smaller_max_message_bytes_makes_the_row_too_large_poison
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_without_write_on_its_topic_stops_naming_the_principal_and_the_acl() {
     let db = PgCluster::shared().fresh_db();
-    let sasl = free_port();
-    let jaas = "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
-                org.apache.kafka.common.security.plain.PlainLoginModule required \
-                user_relay=\"relay-secret\";";
-    let broker = Broker::start_with(BrokerOptions {
-        kind: Some(Kind::Kafka),
-        listeners: vec![format!("SASL_PLAINTEXT://127.0.0.1:{sasl}")],
-        properties: [
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            // The plaintext listener (the test's own admin and reader) and the
-            // controllers are ANONYMOUS: super users. The relay comes in over SASL.
-            "super.users=User:ANONYMOUS",
-            "allow.everyone.if.no.acl.found=false",
-            "sasl.enabled.mechanisms=PLAIN",
-            jaas,
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..BrokerOptions::default()
-    });
+    let acl = AclBroker::start();
+    let broker = &acl.broker;
     let topic = format!("{}.acl", db.name);
     create_topic(&broker.addr(), &topic, &[]).await;
-    let password = support::temp_dir("acl").join("password");
-    std::fs::write(&password, "relay-secret\n").unwrap();
-    let password = password.display().to_string();
-    let brokers = format!("127.0.0.1:{sasl}");
-    let args = [
-        "--kafka-option",
-        "security.protocol=SASL_PLAINTEXT",
-        "--kafka-option",
-        "sasl.mechanism=PLAIN",
-        "--kafka-option",
-        "sasl.username=relay",
-        "--kafka-sasl-password-file",
-        &password,
-        "--on-invalid",
-        "skip",
-    ];
+    let brokers = acl.brokers.clone();
+    let mut args = acl.relay_args();
+    args.extend(["--on-invalid", "skip"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // Streaming (its slot exists) before the row is written: librdkafka's fatal
     // InitProducerId refusal comes first, the relay meets it with the row.
     let mut relay = start_run(&db, &brokers, &args);
@@ -286,21 +324,64 @@ async fn a_relay_without_write_on_its_topic_stops_naming_the_principal_and_the_a
         "slot past the row"
     );
 
-    broker.kafka_tool(
-        "org.apache.kafka.tools.AclCommand",
-        &[
-            "--add",
-            "--allow-principal",
-            "User:relay",
-            "--operation",
-            "Write",
-            "--operation",
-            "Describe",
-            "--topic",
-            &topic,
-        ],
-    );
+    acl.allow(&["Write", "Describe"], &["--topic", &topic]);
     let _relay = spawn_run(&db, &brokers, &args);
     let mut reader = Reader::new(&broker.addr(), &[topic]);
     reader.read_until("the row once the ACL exists", WAIT, |r| r.len() == 1);
+}
+
+/// Exactly-once needs WRITE and DESCRIBE on the relay's transactional id. With
+/// every right on its topics (the watermark topic among them) but none on the
+/// id, the relay stops at `init_transactions` — not a retry loop — naming the
+/// principal, the id and the `kafka-acls --transactional-id` command, confirming
+/// nothing past the row; with that ACL added, the row arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_relay_refused_its_transactional_id_stops_with_the_acl() {
+    let db = PgCluster::shared().fresh_db();
+    let acl = AclBroker::start();
+    let topic = format!("{}.txn", db.name);
+    create_topic(&acl.broker.addr(), &topic, &[]).await;
+    let prefix = format!("{}.", db.name);
+    acl.allow(
+        &["All"],
+        &["--resource-pattern-type", "prefixed", "--topic", &prefix],
+    );
+    let mut args = acl.relay_args();
+    args.extend(crate::exactly_once::eos_args(&db, &[]));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut relay = spawn_run(&db, &acl.brokers, &args);
+    // The row after the slot exists (rows before it are never decoded).
+    relay.wait_stderr("created replication slot", WAIT);
+    let written = insert_row(&db, "txn", "00000000-0000-0000-0000-0000000000b1", 10);
+    let status = relay.wait_exit(WAIT * 2);
+    let log = relay.stderr();
+    let said = log.lines().last().unwrap_or_default().to_owned();
+    eprintln!("without rights on the transactional id: {said}");
+    assert!(!status.success(), "{log}");
+    let id = format!(
+        "pgoutbox-{}-{}-{}",
+        db.psql("SELECT system_identifier FROM pg_control_system()"),
+        db.name,
+        db.name
+    );
+    assert!(
+        said.contains("User:relay") && said.contains(&format!("transactional id \"{id}\"")),
+        "names the principal and the id: {said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "--operation Write --operation Describe --transactional-id {id}"
+        )),
+        "gives the ACL to add: {said}"
+    );
+    assert!(
+        slot_lsn(&db, "confirmed_flush_lsn") < written,
+        "slot past the row"
+    );
+    acl.allow(&["Write", "Describe"], &["--transactional-id", &id]);
+    let _relay = spawn_run(&db, &acl.brokers, &args);
+    let mut reader = Reader::new(&acl.broker.addr(), &[topic]);
+    reader.read_until("the row once the ACL exists", WAIT, |r| r.len() == 1);
+    reader.settle(Duration::from_secs(1));
+    assert_eq!(reader.records.len(), 1, "the row once");
 }

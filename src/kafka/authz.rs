@@ -97,9 +97,68 @@ impl NotAuthorized {
     }
 }
 
+impl NotAuthorized {
+    /// A refusal with `code` of the exactly-once producer with transactional id
+    /// `id`: a refused transactional id needs WRITE and DESCRIBE on it; any other
+    /// code met by a transactional call (a topic added to the transaction) is
+    /// said as the topics' refusal.
+    pub fn transactional(
+        options: &KafkaOptions,
+        brokers: &str,
+        code: RDKafkaErrorCode,
+        reason: String,
+        id: &str,
+    ) -> Self {
+        let principal = principal(options);
+        let bootstrap = brokers.split(',').next().unwrap_or(brokers);
+        let (resource, target) = if code == RDKafkaErrorCode::TransactionalIdAuthorizationFailed {
+            (
+                format!("transactional id {id:?} (--delivery exactly-once)"),
+                format!("--transactional-id {id}"),
+            )
+        } else {
+            (
+                format!("a topic of the transaction of {id:?}"),
+                "--topic TOPIC (each topic the relay writes, and the watermark topic)".to_owned(),
+            )
+        };
+        let command = format!(
+            "kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal {principal} --operation Write --operation Describe {target}"
+        );
+        Self {
+            principal,
+            resource,
+            code,
+            reason,
+            command,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_transactional_id_gets_the_transactional_id_acl() {
+        let sasl = options(&["security.protocol=SASL_SSL,sasl.username=relay"]);
+        let err = NotAuthorized::transactional(
+            &sasl,
+            "k1:9092",
+            RDKafkaErrorCode::TransactionalIdAuthorizationFailed,
+            "Transactional Id authorization failed".into(),
+            "pgoutbox-1-app-s",
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("access to transactional id \"pgoutbox-1-app-s\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("--allow-principal User:relay --operation Write --operation Describe --transactional-id pgoutbox-1-app-s"),
+            "{text}"
+        );
+    }
 
     fn options(raw: &[&str]) -> KafkaOptions {
         KafkaOptions::parse(raw).unwrap()

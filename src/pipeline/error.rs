@@ -101,9 +101,11 @@ impl PipelineError {
             PipelineError::Stalled(_) => true,
             PipelineError::RedoWithoutRow(_) => true,
             PipelineError::Watch(e) => e.is_transient(),
-            PipelineError::Transaction(e) => {
-                !matches!(e, crate::kafka::producer::TxnError::Fenced { .. })
-            }
+            PipelineError::Transaction(e) => !matches!(
+                e,
+                crate::kafka::producer::TxnError::Fenced { .. }
+                    | crate::kafka::producer::TxnError::NotAuthorized { .. }
+            ),
             PipelineError::Watermark(e) => {
                 matches!(e, crate::kafka::watermark::WatermarkError::Read { .. })
             }

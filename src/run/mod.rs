@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::{Heartbeat, HeartbeatConfig};
 use crate::kafka::config::{producer_config, KafkaOptions, UnsafeOption};
-use crate::kafka::producer::{CreateError, KafkaSink};
+use crate::kafka::producer::{CreateError, KafkaSink, TxnError};
 use crate::kafka::watermark;
 use crate::metrics::Metrics;
 use crate::pg::client::connection::PgError;
@@ -176,6 +176,20 @@ fn not_authorized(cfg: &RunConfig, err: RunError) -> RunError {
         }
         RunError::ProducerFatal { code, reason } if is_authorization(*code) => {
             (*code, reason.clone(), None)
+        }
+        RunError::Pipeline(PipelineError::Transaction(TxnError::NotAuthorized {
+            id,
+            code,
+            reason,
+        })) => {
+            let refusal = NotAuthorized::transactional(
+                &cfg.kafka_options,
+                &cfg.brokers,
+                *code,
+                reason.clone(),
+                id,
+            );
+            return RunError::NotAuthorized(Box::new(refusal));
         }
         _ => return err,
     };

@@ -169,6 +169,16 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
         let id = txns.id().to_owned();
         return Err(PipelineError::Transaction(TxnError::Fenced { id, reason }).into());
     }
+    // A refused transactional id (librdkafka makes InitProducerId's refusal fatal):
+    // a new producer would be refused in turn; stop with the ACL that fixes it.
+    if let Some(txns) = sink
+        .transactions()
+        .filter(|_| crate::kafka::authz::is_authorization(code))
+    {
+        let id = txns.id().to_owned();
+        let refused = TxnError::NotAuthorized { id, code, reason };
+        return Err(PipelineError::Transaction(refused).into());
+    }
     if is_permanent(code) {
         return Err(RunError::ProducerFatal { code, reason });
     }

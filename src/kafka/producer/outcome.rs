@@ -250,9 +250,10 @@ mod tests {
 
     #[test]
     fn sasl_and_transactional_id_refusals_are_transient() {
-        // Not in the permanent list today: a failed login is a connection problem
-        // (credentials may be rotated while the relay retries), and the relay runs no
-        // transactions.
+        // Not in the permanent list: a failed login is a connection problem
+        // (credentials may be rotated while the relay retries); a refused
+        // transactional id is a transactional call's error, said with its ACL
+        // (`TxnError::NotAuthorized`), never a record's.
         for code in [
             E::SaslAuthenticationFailed,
             E::Authentication,

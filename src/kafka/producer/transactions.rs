@@ -7,8 +7,9 @@
 //! (librdkafka flushes first) and holds the sink's serving lock for that time, so
 //! delivery reports still reach the channel one poller at a time, in order; every
 //! failure is classified once ([`TxnError`]): *fenced* (another relay took the
-//! transactional id over: this one must stop), *abortable* (the transaction is
-//! lost), or *fatal* (the producer is done). There is no explicit abort: a failed
+//! transactional id over: this one must stop), *not authorized* (an ACL is
+//! missing: stop with the fix), *abortable* (the transaction is lost), or *fatal*
+//! (the producer is done). There is no explicit abort: a failed
 //! session ends, and the next one's `init_transactions` (a new producer, the same
 //! id) aborts what was left open.
 
@@ -28,6 +29,15 @@ pub enum TxnError {
     /// zombie and must stop writing.
     #[error("this relay was fenced: another producer started with transactional id {id:?} ({reason}); another relay holds the slot now, or, if none runs, the broker aborted a Kafka transaction open longer than transaction.timeout.ms (a PostgreSQL transaction too large to send within it); fix: stop the other relay, or raise --kafka-option transaction.timeout.ms (at most the brokers' transaction.max.timeout.ms, 15 minutes by default)")]
     Fenced { id: String, reason: String },
+    /// The broker refused the relay's principal a right a transaction needs (on
+    /// the transactional id, or a topic it adds to the transaction): retrying
+    /// cannot help until an ACL is added.
+    #[error("kafka refused the transactional producer {id:?}: {reason} ({code:?})")]
+    NotAuthorized {
+        id: String,
+        code: RDKafkaErrorCode,
+        reason: String,
+    },
     /// The transaction cannot commit; abort it and write it again.
     #[error("the kafka transaction failed and must be aborted: {reason} ({code:?})")]
     Abortable {
@@ -58,6 +68,13 @@ impl TxnError {
         if super::is_fence(code) || (fatal && reason.to_ascii_lowercase().contains("fenced")) {
             return TxnError::Fenced {
                 id: id.to_owned(),
+                reason,
+            };
+        }
+        if crate::kafka::authz::is_authorization(code) {
+            return TxnError::NotAuthorized {
+                id: id.to_owned(),
+                code,
                 reason,
             };
         }
