@@ -54,8 +54,8 @@ pub struct DeliveryArgs {
 
     /// With --delivery exactly-once: a Kafka transaction commits at the first
     /// PostgreSQL commit after it has been open this long, or holds 10,000 records
-    /// (a PostgreSQL transaction is never split between two). Longer: less commit
-    /// overhead per event, later visibility to read_committed consumers.
+    /// or 16 MiB (a PostgreSQL transaction is never split between two). Longer: less
+    /// commit overhead per event, later visibility to read_committed consumers.
     #[arg(long, env = "PGOUTBOX_TRANSACTION_INTERVAL", default_value = "100ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub transaction_interval: std::time::Duration,
 }

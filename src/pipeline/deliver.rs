@@ -395,6 +395,7 @@ impl<'a> Deliverer<'a> {
         match sent {
             Ok(()) => {
                 self.stats.produced += 1;
+                self.stats.produced_bytes += parked.record.size() as u64;
                 Ok(())
             }
             Err(SendError::QueueFull) => {

@@ -30,6 +30,35 @@ use crate::state::WatermarkRecord;
 /// commit, whatever its age.
 pub const MAX_RECORDS: u64 = 10_000;
 
+/// Record bytes (keys, values, headers) in one Kafka transaction before it
+/// commits at the next PostgreSQL commit, whatever its age: what an abort makes
+/// the relay send again, and what a read_committed consumer waits behind, stay
+/// bounded with large rows too (16 MiB is 160 rows of 100 KB; with small rows
+/// [`MAX_RECORDS`] or the interval comes first).
+pub const MAX_BYTES: u64 = 16 << 20;
+
+/// What a session has handed to the producer so far (records and their bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub records: u64,
+    pub bytes: u64,
+}
+
+impl Sent {
+    fn since(self, before: Sent) -> Sent {
+        Sent {
+            records: self.records.saturating_sub(before.records),
+            bytes: self.bytes.saturating_sub(before.bytes),
+        }
+    }
+}
+
+/// Whether a transaction open for `age`, holding `size`, should commit at this
+/// PostgreSQL commit boundary.
+fn due_at(age: Duration, interval: Duration, size: Sent, draining: bool) -> bool {
+    draining || age >= interval || size.records >= MAX_RECORDS || size.bytes >= MAX_BYTES
+}
+
 /// How long a commit may take before the session gives up on it (and the next
 /// one aborts the transaction).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,9 +102,11 @@ pub fn describe(cfg: Option<&ExactlyOnceConfig>, transactional_id: Option<&str>)
         .or(transactional_id)
         .unwrap_or("pgoutbox-<system identifier>-<database>-<slot>");
     format!(
-        "exactly-once (transactional.id {id}, watermark topic {}, a Kafka transaction per {:?} \
-         or {MAX_RECORDS} records; consumers read with isolation.level=read_committed)",
-        cfg.watermark_topic, cfg.interval
+        "exactly-once (transactional.id {id}, watermark topic {}, a Kafka transaction per {:?}, \
+         {MAX_RECORDS} records or {} MiB; consumers read with isolation.level=read_committed)",
+        cfg.watermark_topic,
+        cfg.interval,
+        MAX_BYTES >> 20
     )
 }
 
@@ -96,7 +127,7 @@ pub struct ExactlyOnce {
     opened: Option<Instant>,
     /// The session's count of records handed over when the last transaction
     /// began committing (so the open one holds the rest, its watermark aside).
-    produced_before: u64,
+    produced_before: Sent,
     /// The commit in progress, the watermark it carries, when it began and the
     /// records of its transaction.
     committing: Option<(Committing, Watermark, Instant, u64)>,
@@ -128,7 +159,7 @@ impl ExactlyOnce {
             txns,
             stamp,
             opened: None,
-            produced_before: 0,
+            produced_before: Sent::default(),
             committing: None,
         }
     }
@@ -165,15 +196,18 @@ impl ExactlyOnce {
     /// Whether the open transaction should commit now: it is open, no commit runs,
     /// the relay is between PostgreSQL transactions, and it is old or large enough
     /// (or the session drains).
-    pub fn due(&self, open: bool, between: bool, produced: u64, draining: bool) -> bool {
+    pub fn due(&self, open: bool, between: bool, produced: Sent, draining: bool) -> bool {
         let Some(since) = self.opened else {
             return false;
         };
         open && between
             && self.committing.is_none()
-            && (draining
-                || since.elapsed() >= self.interval
-                || self.records(produced) >= MAX_RECORDS)
+            && due_at(
+                since.elapsed(),
+                self.interval,
+                produced.since(self.produced_before),
+                draining,
+            )
     }
 
     /// The watermark record for a transaction whose last PostgreSQL transaction
@@ -201,18 +235,13 @@ impl ExactlyOnce {
 
     /// Start committing, `watermark` sent in the transaction; `produced` is the
     /// session's count of records handed over so far.
-    pub fn start_commit(&mut self, watermark: Watermark, produced: u64) {
+    pub fn start_commit(&mut self, watermark: Watermark, produced: Sent) {
         failpoint("before-kafka-commit");
         let txns = self.txns.clone();
         let handle = tokio::task::spawn_blocking(move || txns.commit(COMMIT_TIMEOUT));
-        let records = self.records(produced);
+        let records = produced.since(self.produced_before).records;
         self.produced_before = produced;
         self.committing = Some((handle, watermark, Instant::now(), records));
-    }
-
-    /// Records of the open transaction, of the session's `produced` so far.
-    fn records(&self, produced: u64) -> u64 {
-        produced.saturating_sub(self.produced_before)
     }
 
     /// The commit's result (pending while none runs). Cancel-safe.
@@ -233,8 +262,8 @@ impl ExactlyOnce {
     }
 
     /// Commit synchronously at the end of a session (a completed drain).
-    pub fn commit_now(&mut self, watermark: Watermark, produced: u64) -> Result<Lsn, TxnError> {
-        let (began, records) = (Instant::now(), self.records(produced));
+    pub fn commit_now(&mut self, watermark: Watermark, produced: Sent) -> Result<Lsn, TxnError> {
+        let (began, records) = (Instant::now(), produced.since(self.produced_before).records);
         self.produced_before = produced;
         let result = self.txns.commit(COMMIT_TIMEOUT);
         self.ended(result, &watermark, began, records)
@@ -507,6 +536,33 @@ async fn blocking<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transaction_is_due_by_age_records_bytes_or_drain() {
+        let (interval, young) = (Duration::from_millis(100), Duration::from_millis(10));
+        let small = Sent {
+            records: 10,
+            bytes: 1_000,
+        };
+        assert!(!due_at(young, interval, small, false));
+        assert!(due_at(young, interval, small, true));
+        assert!(due_at(interval, interval, small, false));
+        let many = Sent {
+            records: MAX_RECORDS,
+            ..small
+        };
+        assert!(due_at(young, interval, many, false));
+        let large = Sent {
+            bytes: MAX_BYTES,
+            ..small
+        };
+        assert!(due_at(young, interval, large, false));
+        let below = Sent {
+            records: MAX_RECORDS - 1,
+            bytes: MAX_BYTES - 1,
+        };
+        assert!(!due_at(young, interval, below, false));
+    }
 
     #[test]
     fn describe_names_the_mode_and_its_settings() {

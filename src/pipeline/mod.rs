@@ -136,6 +136,8 @@ pub struct SessionStats {
     pub in_kafka: LatencyHistogram,
     /// Records handed to the producer.
     pub produced: u64,
+    /// Their bytes ([`KafkaRecord::size`](crate::outbox::record::KafkaRecord::size)).
+    pub produced_bytes: u64,
     /// Records acked.
     pub acked: u64,
     /// Poison rows dead-lettered (their letters count in `produced` and `acked`).

@@ -151,7 +151,7 @@ impl<'a> Session<'a> {
             return Ok(());
         };
         let open = self.sink.transaction_open();
-        let produced = self.relay.stats().produced;
+        let produced = self.relay.sent();
         eos.note_sent(open);
         let between = !self.relay.in_transaction() && !self.relay.waiting_for_queue();
         if !eos.due(open, between, produced, self.relay.draining()) {
@@ -555,7 +555,7 @@ impl<'a> Session<'a> {
                 SendError::Refused(err) => PipelineError::Delivery(err),
                 SendError::QueueFull => PipelineError::StreamClosed,
             })?;
-        let produced = self.relay.stats().produced;
+        let produced = self.relay.sent();
         let commit = || eos.commit_now(watermark, produced);
         let result = match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(commit),

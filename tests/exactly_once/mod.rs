@@ -162,6 +162,41 @@ async fn every_event_arrives_once_and_the_watermark_follows_the_stream() {
     );
 }
 
+/// A Kafka transaction also commits once it holds 16 MiB of records, whatever
+/// its age: 100 one-row transactions of 400 KB each, with an interval of an hour,
+/// commit in transactions of at most 42 rows (16 MiB / 400 KB) while the relay
+/// runs, and arrive once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_rows_commit_by_the_byte_bound() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared_kafka();
+    let relay = start_eos(&db, broker, &["--transaction-interval", "1h"]);
+    let insert = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ('order', 'big', 'Large', to_jsonb(repeat('x', 400000))) RETURNING id;";
+    let mut ledger = Ledger::default();
+    for _ in 0..100 {
+        ledger.push(db.psql(insert), "big".into());
+    }
+    let commits = support::wait_for("two Kafka transactions by size", WAIT * 2, || {
+        let n = http_metric(&relay, "pgoutbox_kafka_transactions_committed_total");
+        (n >= 2.0).then_some(n)
+    });
+    let records = http_metric(&relay, "pgoutbox_kafka_transaction_records_total");
+    eprintln!("{commits} Kafka transactions by size, {records} records in them");
+    assert!(
+        records <= commits * 42.0,
+        "{records} records in {commits} transactions: more than 16 MiB in one"
+    );
+    // The rest is in a transaction an hour would commit: a clean stop does.
+    let mut relay = relay;
+    relay.signal("TERM");
+    assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
+    let mut reader = Reader::new(&broker.addr(), &topics(&db, &["order"]));
+    reader.try_read_until(WAIT, |r| r.len() >= ledger.len());
+    reader.settle(Duration::from_secs(2));
+    assert_exactly_once("exactly-once large rows", &verify(&ledger, &reader.records));
+}
+
 /// Writes transactions of up to 10 events until told to stop; returns what it
 /// committed.
 fn writer(

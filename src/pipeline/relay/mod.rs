@@ -239,6 +239,16 @@ impl<'a> Relay<'a> {
         self.deliver.stats()
     }
 
+    /// What this session handed to the producer so far (exactly-once sizes its
+    /// Kafka transactions by it).
+    pub fn sent(&self) -> crate::pipeline::exactly_once::Sent {
+        let stats = self.deliver.stats();
+        crate::pipeline::exactly_once::Sent {
+            records: stats.produced,
+            bytes: stats.produced_bytes,
+        }
+    }
+
     fn on_pgoutput<S: Sink>(
         &mut self,
         sink: &mut S,
