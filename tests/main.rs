@@ -16,6 +16,7 @@ mod capture_seeds;
 mod cleanup;
 mod cli;
 mod cluster;
+mod column_types;
 mod config;
 mod debezium;
 mod edges;

@@ -187,7 +187,8 @@ pub struct RecordArgs {
     /// `POLICY` sets every cause, `CAUSE=POLICY` one of: null-key (key column NULL or
     /// empty), invalid-topic, null-route (route-by column NULL or empty: the topic
     /// would be the template's bare prefix, e.g. `outbox.event.`), too-large,
-    /// invalid-json, missing-column, bad-message (a logical decoding message that is
+    /// invalid-json, missing-column, type-changed (a mapped column's new type would
+    /// change the records' shape), bad-message (a logical decoding message that is
     /// not an outbox event object). `null-key=deliver` sends keyless rows as they
     /// are, as Debezium does: NULL → a null Kafka key (spread over partitions, no
     /// per-key order), empty → empty key bytes (one fixed partition). Repeatable,

@@ -265,6 +265,7 @@ pub fn tail(args: &TailArgs, overrides: &TableOverrides) -> Result<TailConfig, C
         status_interval: Duration::from_millis(100),
         stall_timeout: None,
         refusals: Default::default(),
+        pinned: Default::default(),
     };
     Ok(TailConfig {
         pipeline,
@@ -369,6 +370,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(args.stall_timeout).filter(|t| !t.is_zero()),
         refusals: Default::default(),
+        pinned: Default::default(),
     };
     let poll = poll(args)?;
     let mut exactly_once = delivery(&args.delivery, poll.is_some())?;
@@ -468,6 +470,7 @@ pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayCon
         status_interval: Duration::from_millis(100),
         stall_timeout: None,
         refusals: Default::default(),
+        pinned: Default::default(),
     };
     Ok(ReplayConfig {
         source,

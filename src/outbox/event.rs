@@ -126,6 +126,31 @@ pub(crate) struct ResolvedPlacement {
 const JSON_OID: u32 = 114;
 const JSONB_OID: u32 = 3802;
 
+impl ResolvedMapping {
+    /// Write `column` (of `relation`) with Connect type `kind`, its first type,
+    /// wherever its type decides the record's shape (key, payload, placements):
+    /// see [`crate::outbox::pinned`].
+    pub(crate) fn keep_type(&mut self, relation: &Relation, column: &str, kind: ColumnType) {
+        let named = |index: usize| {
+            relation
+                .columns
+                .get(index)
+                .is_some_and(|c| c.name == column)
+        };
+        if named(self.key) {
+            self.key_schema.kind = kind;
+        }
+        if named(self.payload) {
+            self.payload_schema.kind = kind;
+        }
+        for placed in &mut self.placed {
+            if placed.index.is_some_and(named) {
+                placed.schema.kind = kind;
+            }
+        }
+    }
+}
+
 impl ColumnMapping {
     /// Find every mapped column in `relation`. id, route, key and payload are
     /// required; aggregate type, event type and timestamp may be absent.

@@ -20,6 +20,7 @@ pub mod event;
 pub mod invalid;
 pub mod json;
 pub mod message;
+pub mod pinned;
 pub mod record;
 pub mod routing;
 pub mod tables;

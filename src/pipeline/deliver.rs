@@ -530,6 +530,7 @@ mod tests {
             status_interval: Duration::from_millis(100),
             stall_timeout: None,
             refusals: Default::default(),
+            pinned: Default::default(),
         }
     }
 

@@ -125,6 +125,9 @@ pub struct PipelineConfig {
     /// Exactly-once: rows the broker refused for their size in an aborted Kafka
     /// transaction, poison up front when the redo meets them (shared by sessions).
     pub refusals: refusals::Refusals,
+    /// The first types of the outbox tables' mapped columns, shared by every
+    /// session of a relay (see [`crate::outbox::pinned`]).
+    pub pinned: crate::outbox::pinned::PinnedTypes,
 }
 
 /// Counters of one session.

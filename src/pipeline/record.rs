@@ -52,7 +52,8 @@ pub enum Built {
 }
 
 /// What the row `tuple` of a table routed by `route` becomes — the record to
-/// send, or a poison row (a table that lost a mapped column: `missing-column`) —
+/// send, or a poison row (a table that lost a mapped column or changed one's type:
+/// `missing-column`, `type-changed`) —
 /// with its table; `Err(table)` when the table is published but no outbox table.
 /// The one entry from a row to its record for `run` (WAL), poll mode, `replay`
 /// (rows read with SQL, `lsn` [`Lsn::INVALID`]) and `tail`.
@@ -75,7 +76,7 @@ pub fn row<'r>(
         RelationRoute::Unmapped(u) => {
             let commit_ms = timestamp::to_unix_micros(commit_time).div_euclid(1000);
             let record = invalid::unmapped_row(&u.columns, u.id, tuple, commit_ms);
-            let invalid = invalid::missing_column(&u.missing);
+            let invalid = u.invalid.clone();
             Ok((&u.table, Built::Poison(record, invalid)))
         }
     }

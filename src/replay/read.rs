@@ -68,8 +68,9 @@ impl Reader<'_> {
             .await?;
         let relation = cols.relation();
         let mut tables = OutboxTables::new(vec![spec.clone()]);
-        if let Err(missing) = tables.on_relation(&relation) {
-            tracing::warn!(error = %missing, "outbox table does not match the column mapping; its rows are handled by --on-invalid missing-column");
+        if let Err(mismatch) = tables.on_relation(&relation) {
+            let cause = mismatch.cause();
+            tracing::warn!(error = %mismatch, "outbox table does not match the column mapping; its rows are handled by --on-invalid {cause}");
         }
         let route = tables.route(relation.id).cloned();
         let Some(route) = route else { return Ok(()) };

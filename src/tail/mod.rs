@@ -276,9 +276,11 @@ impl TailState<'_> {
                 };
             }
             PgOutputMessage::Relation(relation) => {
-                if let Err(missing) = self.tables.on_relation(&relation) {
-                    // As `run`: its rows are poison (missing-column), shown as such.
-                    tracing::warn!(error = %missing, "outbox table no longer matches the column mapping; `run` handles its rows by --on-invalid missing-column");
+                if let Err(mismatch) = self.tables.on_relation(&relation) {
+                    // As `run`: its rows are poison (missing-column, type-changed),
+                    // shown as such.
+                    let cause = mismatch.cause();
+                    tracing::warn!(error = %mismatch, "outbox table no longer matches the column mapping; `run` handles its rows by --on-invalid {cause}");
                 }
                 if let Some(RelationRoute::NotOutbox(table)) = self.tables.route(relation.id) {
                     // `run` stops here; tail shows what it can and says what it skips.

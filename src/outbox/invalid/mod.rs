@@ -31,6 +31,8 @@
 //!   one JSON value (also catches invalid UTF-8);
 //! - `missing-column`: the outbox table no longer has a mapped column (renamed or
 //!   dropped) — the row cannot be mapped at all;
+//! - `type-changed`: a mapped column changed type since the relay started, and
+//!   the records would change shape ([`crate::outbox::pinned`]);
 //! - `bad-message`: a logical decoding message with an outbox prefix whose content
 //!   is not a UTF-8 JSON object with the mapped fields ([`crate::outbox::message`]);
 //!   its dead letter carries the content as sent.
@@ -49,7 +51,8 @@ pub use check::{check, check_route, diagnose, Verdict};
 pub use poison::{fix_for, PoisonRow};
 pub use policy::{Action, InvalidPolicy, PolicyError, DEFAULT_DLQ_TOPIC};
 pub use records::{
-    dead_letter, header, missing_column, refused_by_broker, unmapped_row, BrokerRefusal, Origin,
+    dead_letter, header, missing_column, refused_by_broker, type_changed, unmapped_row,
+    BrokerRefusal, Origin,
 };
 
 /// Why a row cannot be relayed as is.
@@ -67,19 +70,22 @@ pub enum Cause {
     InvalidJson,
     /// A mapped column is missing from the table.
     MissingColumn,
+    /// A mapped column changed type beyond what its records absorb.
+    TypeChanged,
     /// A logical decoding message that is not an outbox event object.
     BadMessage,
 }
 
 impl Cause {
     /// Every cause, in the order of [`Cause::index`].
-    pub const ALL: [Cause; 7] = [
+    pub const ALL: [Cause; 8] = [
         Cause::NullKey,
         Cause::InvalidTopic,
         Cause::NullRoute,
         Cause::TooLarge,
         Cause::InvalidJson,
         Cause::MissingColumn,
+        Cause::TypeChanged,
         Cause::BadMessage,
     ];
 
@@ -92,6 +98,7 @@ impl Cause {
             Cause::TooLarge => "too-large",
             Cause::InvalidJson => "invalid-json",
             Cause::MissingColumn => "missing-column",
+            Cause::TypeChanged => "type-changed",
             Cause::BadMessage => "bad-message",
         }
     }

@@ -171,6 +171,14 @@ pub fn missing_column(missing: &MissingColumn) -> Invalid {
     }
 }
 
+/// The diagnosis of a row of a table whose mapped column changed type (`change`).
+pub fn type_changed(change: &crate::outbox::pinned::TypeChange) -> Invalid {
+    Invalid {
+        cause: Cause::TypeChanged,
+        reason: change.to_string(),
+    }
+}
+
 /// Append `bytes` as a JSON string (invalid UTF-8 replaced by U+FFFD).
 fn push_json_string(out: &mut String, bytes: &[u8]) {
     out.push('"');

@@ -93,7 +93,7 @@ impl<'a> Relay<'a> {
             deliver: Deliverer::new(cfg, generation, metrics.clone()),
             metrics,
             decoder: Decoder::new(),
-            tables: OutboxTables::new(cfg.tables.clone()),
+            tables: OutboxTables::new(cfg.tables.clone()).pinning(cfg.pinned.clone()),
             at: Lsn::INVALID,
             txn: None,
             draining: false,
@@ -289,9 +289,10 @@ impl<'a> Relay<'a> {
                 self.last_commit = (commit.commit_lsn, commit.end_lsn);
             }
             PgOutputMessage::Relation(relation) => {
-                if let Err(missing) = self.tables.on_relation(&relation) {
+                if let Err(mismatch) = self.tables.on_relation(&relation) {
                     // Its rows are poison from now on; --on-invalid decides per row.
-                    tracing::warn!(error = %missing, "outbox table no longer matches the column mapping; its rows are handled by --on-invalid missing-column");
+                    let cause = mismatch.cause();
+                    tracing::warn!(error = %mismatch, "outbox table no longer matches the column mapping; its rows are handled by --on-invalid {cause}");
                 }
             }
             PgOutputMessage::Insert(insert) => self.on_insert(sink, lsn, &insert)?,

@@ -80,6 +80,7 @@ fn config() -> PipelineConfig {
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(Duration::from_secs(60)),
         refusals: Default::default(),
+        pinned: Default::default(),
     }
 }
 

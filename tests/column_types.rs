@@ -1,0 +1,121 @@
+//! A mapped column's type changed while the relay runs (issue 28, item 4):
+//! `ALTER TABLE outbox ALTER COLUMN … TYPE …`. pgoutput sends the table's Relation
+//! again with the new type; the relay judges it against the type it first saw
+//! (`src/outbox/pinned.rs`): the records keep their shape where the new type's
+//! values fit the first type's Connect schema (a jsonb payload made text, a text
+//! key made bigint), else the table's rows are poison `type-changed`, which stops
+//! the relay before the first of them — and `tail` shows the same.
+//!
+//! How each test fails without the judgement: the records after the change differ
+//! from those before it (a schema `int64` key, a payload schema without its
+//! `io.debezium.data.Json` name), or the relay goes on past the row.
+//!
+//! Real PostgreSQL (the shared cluster) and the test broker, with
+//! `JsonConverter(schemas.enable=true)` on key and value: the format where a
+//! column's type shows most.
+
+use crate::slot_safety::{slot, start, stop, topic};
+use crate::support;
+
+use support::kafka::{Broker, Reader};
+use support::workload::current_lsn;
+use support::{temp_dir, PgCluster, Pgoutbox, TestDb, WAIT};
+
+const SCHEMAS: &[&str] = &[
+    "--key-converter",
+    "json-schemas",
+    "--value-converter",
+    "json-schemas",
+];
+
+/// One row with key `key` (SQL) and payload `payload` (SQL); its id.
+fn insert(db: &TestDb<'_>, key: &str, payload: &str) -> String {
+    db.psql(&format!(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', {key}, 'Placed', {payload}) RETURNING id"
+    ))
+}
+
+#[test]
+fn a_text_payload_and_a_bigint_key_keep_the_records_shape() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let state = temp_dir("state");
+    let relay = start(&db, &broker, &state, SCHEMAS);
+    insert(&db, "'42'", "'{\"n\": 1}'");
+    db.psql("ALTER TABLE outbox ALTER COLUMN payload TYPE text");
+    insert(&db, "'42'", "'{\"n\": 1}'");
+    db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE bigint USING aggregate_id::bigint");
+    insert(&db, "42", "'{\"n\": 1}'");
+    let mut reader = Reader::new(&broker, &[topic(&db, "order")]);
+    reader.read_until("three records", WAIT, |r| r.len() >= 3);
+    let shape = |i: usize| {
+        let r = &reader.records[i];
+        (r.key.clone(), r.value.clone())
+    };
+    let first = shape(0);
+    let key = String::from_utf8_lossy(first.0.as_deref().unwrap_or_default()).into_owned();
+    assert!(
+        key.contains("\"type\":\"string\"") && key.contains("\"payload\":\"42\""),
+        "{key}"
+    );
+    assert_eq!(shape(1), first, "after payload jsonb → text");
+    assert_eq!(shape(2), first, "after aggregate_id text → bigint");
+    let log = relay.stderr();
+    assert_eq!(
+        log.matches("its records keep their shape").count(),
+        2,
+        "each change is logged once:\n{log}"
+    );
+    stop(relay);
+}
+
+#[test]
+fn a_bigint_key_made_text_stops_the_relay_before_the_row_and_tail_shows_it() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let state = temp_dir("state");
+    db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE bigint USING aggregate_id::bigint");
+    let url = db.url();
+    let mut tail_args = vec!["tail", "--database-url", url.as_str(), "--limit", "2"];
+    tail_args.extend_from_slice(SCHEMAS);
+    let mut tail = Pgoutbox::spawn(&tail_args);
+    tail.wait_stderr("tailing outbox", WAIT);
+    let mut relay = start(&db, &broker, &state, SCHEMAS);
+    insert(&db, "7", "'{}'");
+    let mut reader = Reader::new(&broker, &[topic(&db, "order")]);
+    reader.read_until("the row before the change", WAIT, |r| r.len() == 1);
+    db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE text");
+    let before = current_lsn(&db);
+    let id = insert(&db, "'7'", "'{}'");
+    let status = relay.wait_exit(WAIT);
+    let log = relay.stderr();
+    let said = log.lines().last().unwrap_or_default();
+    assert_eq!(status.code(), Some(4), "a poison row's stop:\n{log}");
+    for needle in [
+        id.as_str(),
+        "type-changed",
+        "\"aggregate_id\" changed type from bigint to text",
+        "an int64 → a string",
+        "ALTER TABLE",
+    ] {
+        assert!(said.contains(needle), "{needle} in: {said}");
+    }
+    let (confirmed, _) = slot(&db).expect("the slot");
+    assert!(
+        confirmed <= before,
+        "the slot passed the row: {confirmed} > {before}"
+    );
+    // tail saw both Relations too: the same diagnosis.
+    let lines = tail.take_lines(2, WAIT);
+    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!(second["poison"]["cause"], "type-changed", "{}", lines[1]);
+    assert_eq!(second["poison"]["action"], "fail", "{}", lines[1]);
+    // The documented way on: a relay started after the change writes the new type.
+    let relay = start(&db, &broker, &state, SCHEMAS);
+    reader.read_until("the row after a restart", WAIT, |r| r.len() == 2);
+    let key =
+        String::from_utf8_lossy(reader.records[1].key.as_deref().unwrap_or_default()).into_owned();
+    assert!(key.contains("\"type\":\"string\""), "{key}");
+    stop(relay);
+}
