@@ -236,6 +236,14 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
         ) {
             text.push_str(&format!("{statement}\n"));
         }
+        if args.republish_trigger {
+            text.push_str("\n-- the republish trigger (superuser): a re-created outbox table is published in the transaction that creates it\n");
+            for statement in
+                pgoutbox::pg::source::republish::install_sql(&source.publication, &source.tables)
+            {
+                text.push_str(&format!("{statement}\n"));
+            }
+        }
         text.push_str("\n-- least-privilege role for the relay\n");
         for statement in pgoutbox::pg::source::catalog::grants_sql(&args.role, &source.tables) {
             text.push_str(&format!("{statement}\n"));
@@ -252,6 +260,19 @@ async fn setup(args: SetupArgs) -> anyhow::Result<()> {
     )
     .await
     .context("setup failed")?;
+    if args.republish_trigger {
+        pgoutbox::setup::install_republish_trigger(
+            &source.conninfo,
+            &source.publication,
+            &source.tables,
+        )
+        .await
+        .context("setup failed")?;
+        print(&format!(
+            "republish trigger {:?}: installed\n",
+            pgoutbox::pg::source::republish::trigger_name(&source.publication)
+        ))?;
+    }
     let word = |e: Ensured| match e {
         Ensured::Created => "created",
         Ensured::Existed => "already present",

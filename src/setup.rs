@@ -68,6 +68,24 @@ pub async fn run(
     Ok(SetupOutcome { publication, slot })
 }
 
+/// Install the republish trigger ([`crate::pg::source::republish`]): a re-created
+/// outbox table is added to the publication in the transaction that creates it.
+/// Needs a superuser (event triggers); the error says so with the alternative.
+pub async fn install_republish_trigger(
+    conninfo: &ConnInfo,
+    publication: &str,
+    tables: &[TableName],
+) -> Result<(), CatalogError> {
+    let client = catalog::connect(conninfo).await?;
+    let sql = crate::pg::source::republish::install_sql(publication, tables).join("\n");
+    client
+        .batch_execute(&format!("BEGIN;\n{sql}\nCOMMIT;"))
+        .await
+        .map_err(catalog::query_err(
+            "creating the republish event trigger (fix: run `pgoutbox setup --republish-trigger` as a superuser: event triggers need one, on a managed service its highest role if that may create event triggers; or have a DBA run what `pgoutbox setup --print-sql --republish-trigger` prints)",
+        ))
+}
+
 /// The SQL `setup --source poll` would run on `tables`; the ordering column is
 /// added only when it is the default one (an existing column named with
 /// `--poll-order-by` is used as it is).

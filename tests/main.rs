@@ -27,6 +27,7 @@ mod failover_slots;
 mod faults;
 mod heartbeat;
 mod keepalive;
+mod layouts;
 mod logs;
 mod messages;
 mod migrations;

@@ -162,6 +162,14 @@ pub struct SetupArgs {
     #[command(flatten)]
     pub slot_failover: SlotFailoverArg,
 
+    /// Also install the republish trigger (superuser): an event trigger that adds a
+    /// re-created outbox table (DROP + CREATE, or a rename swap) to the publication
+    /// in the same transaction, so no row of it goes unpublished and `run` goes on
+    /// instead of stopping. Without it such a migration stops the relay until the
+    /// publication is fixed (see `pgoutbox check`, line `layout`).
+    #[arg(long)]
+    pub republish_trigger: bool,
+
     /// Only print the SQL (publication first, then slot) and the least-privilege
     /// role grants for a DBA to run; change nothing.
     #[arg(long)]

@@ -37,6 +37,7 @@ async fn check_passes_on_a_correct_setup() {
         "columns",
         "select_privilege",
         "publication",
+        "layout",
         "publication_operations",
         "publication_other_tables",
         "publication_tables",

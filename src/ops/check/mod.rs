@@ -41,6 +41,7 @@
 
 mod delivery;
 mod failover;
+mod layout;
 mod messages;
 mod objects;
 mod poll;

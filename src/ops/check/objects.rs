@@ -205,6 +205,7 @@ pub(super) async fn publication_checks(
         Err(err) => return checks.push(Check::query_failed("publication", name, &err)),
     };
     checks.push(Check::pass("publication", name, "exists"));
+    checks.push(super::layout::check(client, input).await);
     let ops: [(bool, &str); 4] = [
         (row.get(0), "insert"),
         (row.get(1), "update"),

@@ -28,6 +28,7 @@ pub mod pgoutput;
 pub mod protocol;
 pub mod publication_state;
 pub mod replication;
+pub mod republish;
 pub mod sql_client;
 pub mod timeline;
 
