@@ -75,6 +75,7 @@ fn main() {
         status_interval: Duration::from_millis(100),
         stall_timeout: Some(Duration::from_secs(60)),
         refusals: Default::default(),
+        pinned: Default::default(),
     };
     let mut relay = Relay::new(&cfg, 1, Arc::new(Metrics::default()));
     let mut sink = AckLater(Vec::with_capacity(k as usize));
