@@ -22,6 +22,9 @@ use rdkafka::producer::Producer;
 use super::context::Polled;
 use crate::kafka::config::Scrubber;
 
+/// How long one serving step of a commit's wait for acks lasts.
+const FLUSH_STEP: Duration = Duration::from_millis(1);
+
 /// Why a transactional call failed, in the terms the session acts on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TxnError {
@@ -114,17 +117,29 @@ impl Transactions {
             .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
     }
 
-    /// `commit_transaction`: flush (serving delivery reports to the channel), then
-    /// commit. Blocking.
+    /// `commit_transaction`: wait for every record's ack (serving delivery reports
+    /// to the channel in steps of [`FLUSH_STEP`]), then commit. Blocking.
+    ///
+    /// rust-rdkafka's `commit_transaction` flushes first, and its flush serves the
+    /// queue in polls that each last their whole 100 ms whenever a record is still
+    /// in flight — always, the watermark having just been sent — so every commit
+    /// took ~100 ms however small (measured: 102.5 ms for 200 records, 103 ms for
+    /// 11,111; the EndTxn round trip itself 2–3 ms). Waiting out the acks here in
+    /// short steps leaves that flush nothing to wait for.
     pub fn commit(&self, timeout: Duration) -> Result<(), TxnError> {
         let _serving = self
             .polled
             .serving
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        self.polled
-            .producer
-            .commit_transaction(timeout)
+        let deadline = std::time::Instant::now() + timeout;
+        let producer = &self.polled.producer;
+        while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+            producer.poll(FLUSH_STEP);
+        }
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        producer
+            .commit_transaction(remaining)
             .map_err(|e| TxnError::classify(&self.id, &self.scrubber, &e))
     }
 }
