@@ -54,6 +54,24 @@ measurement, for the same reason; ~10 s of JVM start each, outside every timing)
             --messages-only on an empty publication): the producer side (load rate,
             asynchronous commit, one set-based statement per transaction) and the relay's
             drain rate and CPU µs/event for each, REPS drains per side.
+  eos       (bench/run.sh eos, Apache Kafka only: tansu does not honour transactions)
+            at-least-once vs `--delivery exactly-once` side by side, modes alternating
+            in every rep (exactly-once with a watermark topic of the measurement's own,
+            PREFIX.pgoutbox.offsets, and --eos-arg; both with /metrics served). Backlog:
+            ROWS rows in transactions of 10 behind 2×REPS slots, drained by each mode:
+            events/s (target: exactly-once ≥ 0.8× at-least-once) from the "relaying" line
+            as in backlog mode, and steady (from the first slot confirmation past 30 % of
+            the WAL to the end: no start-up effect of either mode), relay and broker CPU
+            µs/event, startup, and exactly-once's Kafka transactions from /metrics
+            (committed, records per transaction, mean commit time, failed). Live: RATE
+            (default 1,000) one-row transactions/s for --live-seconds through each mode,
+            commit → visible p50/p99, where visible = received by examples/visible_latency,
+            a read_committed consumer assigned every partition and at its end before the
+            relay starts, and commit = the row's pg_xact_commit_timestamp (this mode turns
+            track_commit_timestamp on: one PostgreSQL restart), joined on the `id`
+            header; an exactly-once record is invisible until its Kafka transaction
+            commits, so the relay's commit → ack histogram is reported beside it only
+            as info. Relay and walsender CPU µs/event, transactions per second.
 
 Invariants: figures are reported, never asserted; a measurement whose event count does
 not match what was written is marked invalid instead of silently reported. Progress goes
@@ -74,6 +92,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import memory  # bench/memory.py: the memory cases (issue 29)
 import wakeups  # bench/wakeups.py: per-thread counters from /proc
@@ -90,6 +109,16 @@ BROKERS = ("tansu", "kafka")
 # Poll-mode latency runs: (name, NOTIFY trigger installed, --poll-interval).
 POLL_VARIANTS = (("notify", True, "1s"), ("interval_only", False, "1s"),
                  ("interval_only_100ms", False, "100ms"))
+# bench/run.sh eos: the delivery modes compared (baseline first), the backlog's
+# transaction size, and exactly-once's counters on the relay's /metrics.
+DELIVERIES = ("at-least-once", "exactly-once")
+DELIVERY_SHORT = {"at-least-once": "alo", "exactly-once": "eos"}
+EOS_TXN = 10
+STEADY_FROM = 0.3  # the steady rate starts at the first confirmation past 30 % of the WAL
+TXN_METRICS = {"committed": "pgoutbox_kafka_transactions_committed_total",
+               "failed": "pgoutbox_kafka_transactions_failed_total",
+               "records": "pgoutbox_kafka_transaction_records_total",
+               "commit_seconds": "pgoutbox_kafka_transaction_commit_seconds_total"}
 
 
 def log(msg):
@@ -596,10 +625,12 @@ class Bench:
                           f"WHERE slot_name = '{slot}'")
         return (r[0][0] == "t", int(r[0][1]) if r and r[0][1] else None) if r else (False, None)
 
-    def start_relay(self, slot, binary=None, extra=()):
+    def start_relay(self, slot, binary=None, extra=(), http=None):
+        """`http`: a port for --http-addr 127.0.0.1:PORT (/metrics), else off."""
         t_spawn = time.time()
         p = self.spawn([binary or self.relay_bin, "run", "--database-url", self.url, "--brokers", self.brokers,
-                        "--slot", slot, "--topic-template", f"{self.topics_prefix}.{ROUTED}", "--http-addr", "off",
+                        "--slot", slot, "--topic-template", f"{self.topics_prefix}.{ROUTED}",
+                        "--http-addr", f"127.0.0.1:{http}" if http else "off",
                         # every drain starts on a freshly created slot (same name across
                         # repetitions): slot safety would rightly call that a re-created
                         # slot, so each relay run gets a state dir of its own
@@ -622,13 +653,19 @@ class Bench:
             log(f"warning: pgoutbox exited with {p.returncode}:\n{lines.tail()}")
         return {k: int(v) for k, v in fields.items() if v.isdigit()}
 
-    def wait_confirmed(self, p, lines, slot, lsn, timeout):
-        """Poll every 10 ms until the slot's confirmed_flush_lsn ≥ lsn; returns (time, walsender CpuWindow)."""
+    def wait_confirmed(self, p, lines, slot, lsn, timeout, progress=None):
+        """Poll every 10 ms until the slot's confirmed_flush_lsn ≥ lsn; returns (time, walsender CpuWindow).
+        `progress`: a list that gets (time, confirmed_flush_lsn in bytes) each time it moved."""
         deadline, ws = time.time() + timeout, CpuWindow()
         while time.time() < deadline:
             done, pid = self.slot_state(slot, lsn)
             t = time.time()
             ws.sample(pid)
+            if progress is not None:
+                at = self.sql.one(f"SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots "
+                                  f"WHERE slot_name = '{slot}'")
+                if at and (not progress or int(at) != progress[-1][1]):
+                    progress.append((t, int(at)))
             if done:
                 return t, ws
             if self.poll(p) is not None:
@@ -636,9 +673,16 @@ class Bench:
             time.sleep(0.01)
         raise RuntimeError(f"slot {slot} did not reach {lsn} within {timeout} s:\n{lines.tail()}")
 
-    def drain_relay(self, slot, end, rows, extra=(), topics=None):
+    def drain_relay(self, slot, end, rows, extra=(), topics=None, delivery=None, start=None):
         """One relay drain on a fresh broker (`topics`: that many fan-out topics, created
-        there first, untimed).
+        there first, untimed; `delivery`: "at-least-once" or "exactly-once" passed as
+        --delivery (see delivery_args), with /metrics served and its transaction
+        counters read once the slot is confirmed; `start`: the LSN before the load, for
+        the steady rate: rows over the WAL confirmed after the first confirmation past
+        STEADY_FROM of the load's WAL, which leaves out what differs at the start — an
+        exactly-once relay's walsender decodes into the socket and the read queue during
+        init_transactions (≈ 1 s), before the "relaying" line starts the clock; an
+        at-least-once relay's producer connects and gets its producer id after it).
         Besides rates and CPU per event, where the CPU went during the drain: per relay
         thread name (its runtime, librdkafka's rdk:main and rdk:broker* threads) and the
         broker process's own CPU per event."""
@@ -647,11 +691,17 @@ class Bench:
             t0 = time.time()
             self.create_topics(fanout_topics(self.topics_prefix, topics))
             log(f"  created {topics} topics in {time.time() - t0:.1f} s (CreateTopics, untimed)")
-        p, lines, t_spawn, t_ready = self.start_relay(slot, extra=extra)
+        port = free_port() if delivery else None
+        extra = [*extra, *self.delivery_args(delivery)] if delivery else extra
+        p, lines, t_spawn, t_ready = self.start_relay(slot, extra=extra, http=port)
         threads0, broker0 = thread_cpu(p.pid), proc_cpu(self.broker_pid)
-        t_done, ws = self.wait_confirmed(p, lines, slot, end, max(300, rows / 500))
+        progress = [] if start else None
+        t_done, ws = self.wait_confirmed(p, lines, slot, end, max(300, rows / 500), progress)
         cpu, hwm, ws_cpu = proc_cpu(p.pid), proc_hwm_mb(p.pid), ws.cpu()
         threads1, broker1 = thread_cpu(p.pid), proc_cpu(self.broker_pid)
+        # exactly-once confirms the slot only up to a committed watermark: every
+        # transaction of the drain has committed (and been counted) by now
+        txn = transaction_metrics(port) if delivery else None
         stats = self.stop_relay(p, lines)
         drain = t_done - t_ready
         threads = {n: (c - threads0.get(n, 0)) * 1e6 / rows for n, c in threads1.items()}
@@ -668,10 +718,18 @@ class Bench:
              "walsender_cpu_us_per_event": ws_cpu * 1e6 / rows if ws_cpu else None,
              "walsender_busy_share": ws.share(),
              "acked": stats.get("acked"), "valid": stats.get("acked") == rows}
+        if start:
+            r["steady_events_per_second"] = steady_rate(progress, self.sql.one(f"SELECT '{start}'::pg_lsn - '0/0'"),
+                                                        self.sql.one(f"SELECT '{end}'::pg_lsn - '0/0'"), rows)
+        if delivery:
+            r["delivery"], r["transactions"] = delivery, txn
+            if delivery == "exactly-once" and (txn or {}).get("records") != rows:
+                r["valid"] = False
         if not r["valid"]:
             r["log_tail"] = lines.tail(40)
-            log(f"warning: pgoutbox acked {stats.get('acked')} of {rows} records: figure marked invalid; "
-                f"its log ends:\n{r['log_tail']}")
+            log(f"warning: pgoutbox acked {stats.get('acked')} of {rows} records"
+                + (f" ({(txn or {}).get('records')} in committed Kafka transactions)" if delivery == "exactly-once"
+                   else "") + f": figure marked invalid; its log ends:\n{r['log_tail']}")
         return r
 
     def drain_recvlogical(self, slot, end, rows):
@@ -1116,6 +1174,253 @@ class Bench:
         out["message_raw"] = {"load_seconds": load_s, "insert_events_per_second": rows / load_s,
                               "wal_bytes_per_event": wal / rows}
 
+    # ---- exactly-once vs at-least-once (bench/run.sh eos) ------------------------
+    def delivery_args(self, delivery):
+        """`--delivery DELIVERY`; exactly-once also gets a watermark topic of the
+        measurement's own (PREFIX.pgoutbox.offsets: fresh with the measurement's other
+        topics; the relay creates it compacted during its startup, which is untimed)
+        and every --eos-arg."""
+        if delivery != "exactly-once":
+            return ["--delivery", delivery]
+        return ["--delivery", delivery, "--watermark-topic", f"{self.topics_prefix}.pgoutbox.offsets",
+                *self.o.eos_arg]
+
+    def track_commit_timestamps(self):
+        """track_commit_timestamp = on (a restart): commit → visible is measured from each
+        row's own commit time, pg_xact_commit_timestamp(xmin), in µs."""
+        if self.sql.one("SHOW track_commit_timestamp") == "on":
+            return
+        self.psql("ALTER SYSTEM SET track_commit_timestamp = on")
+        self.sql.close()
+        pg = os.path.join(self.dir, "pg")
+        argv = [os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(pg, "data"), "-l",
+                os.path.join(pg, "postgres.log"), "-w", "restart"]
+        if os.getuid() == 0:  # scripts/dev-postgres.sh runs the cluster as postgres then
+            argv = ["runuser", "-u", "postgres", "--"] + argv
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        self.sql = Psql(self.url)
+        if self.sql.one("SHOW track_commit_timestamp") != "on":
+            raise RuntimeError("track_commit_timestamp is still off after the restart")
+
+    def live_visible(self, rate, secs, delivery, rep):
+        """RATE one-row transactions/s for SECS through a relay with --delivery DELIVERY
+        on a fresh slot and topic, read by examples/visible_latency (read_committed,
+        assigned and at the end of every partition before the relay starts): commit →
+        visible per event = its receipt there − its row's commit time
+        (pg_xact_commit_timestamp(xmin), joined on the `id` header). With exactly-once
+        a record is invisible until its Kafka transaction commits, so the relay's own
+        commit → ack histogram (kept as relay_p50_us/relay_p99_us) does not say this."""
+        slot = f"l_{'eos' if delivery == 'exactly-once' else 'alo'}_{rep}"
+        self.sql.rows("TRUNCATE outbox")
+        self.create_slots([slot])
+        self.restart_broker()
+        topic = f"{self.topics_prefix}.bench"
+        received, dups = {}, [0]
+
+        def on_line(_, line):
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit():
+                if parts[2] in received:
+                    dups[0] += 1
+                else:
+                    received[parts[2]] = int(parts[0])
+
+        c = self.spawn([os.path.join(self.examples, "visible_latency"), self.brokers, topic],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        Lines(c.stdout, on_line)
+        cerr = Lines(c.stderr)
+        if not cerr.wait_for(r"^ready", 60):
+            self.reap(c, signal.SIGKILL)
+            raise RuntimeError(f"visible_latency did not reach the end of {topic}:\n{cerr.tail()}")
+        port = free_port()
+        p, lines, t_spawn, t_ready = self.start_relay(slot, extra=self.delivery_args(delivery), http=port)
+        ws = self.slot_state(slot, "0/0")[1]
+        cpu0, ws0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        n, achieved = self.pgbench("outbox", rate, secs)
+        end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        t_end = time.time()
+        t_confirmed, _ = self.wait_confirmed(p, lines, slot, end, 120)
+        cpu1, ws1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None
+        txn = transaction_metrics(port)
+        stats = self.stop_relay(p, lines)
+        # Confirmed means acked (at-least-once) or committed (exactly-once): all of it
+        # is visible now; the consumer's fetch may still be on its way.
+        deadline = time.time() + 30
+        while len(received) < n and time.time() < deadline and self.poll(c) is None:
+            time.sleep(0.05)
+        self.reap(c, signal.SIGKILL)
+        commits = dict(self.sql.rows("SELECT id, (extract(epoch FROM pg_xact_commit_timestamp(xmin)) "
+                                     "* 1000000)::int8 FROM outbox"))
+        lat = [received[i] - int(commits[i]) for i in received if commits.get(i)]
+        self.drop_slots(slot)
+        events = stats.get("acked", 0)
+        valid = len(received) == n and len(lat) == n and dups[0] == 0 and events == n
+        if not valid:
+            log(f"warning: {delivery}: {n} rows written, relay acked {events}, consumer received {len(received)} "
+                f"(+{dups[0]} duplicates), {len(lat)} with a commit time: run marked invalid")
+        return {"delivery": delivery, "events": events, "written": n, "received": len(received),
+                "duplicates": dups[0], "achieved_rate": achieved, "valid": valid,
+                "p50_us": quantile(lat, 0.5), "p99_us": quantile(lat, 0.99), "max_us": max(lat, default=None),
+                "relay_p50_us": stats.get("latency_p50_us"), "relay_p99_us": stats.get("latency_p99_us"),
+                "startup_seconds": t_ready - t_spawn, "confirm_after_end_us": (t_confirmed - t_end) * 1e6,
+                "cpu_seconds": cpu1 - cpu0,
+                "pg_backend_cpu_seconds": ws1 - ws0 if ws0 is not None and ws1 is not None else None,
+                "transactions": txn}
+
+    def eos(self, rows, rate, secs, reps):
+        """At-least-once vs exactly-once side by side: a backlog of ROWS rows in
+        transactions of EOS_TXN drained by each (REPS slots each, created before the
+        load), then RATE one-row transactions/s for SECS through each, commit → visible
+        to a read_committed consumer; modes alternate within every rep."""
+        out = self.results.setdefault("eos", {})
+        k = EOS_TXN
+        rows = rows // k * k
+        self.track_commit_timestamps()
+        self.pressure.phase = f"eos backlog txn={k}"
+        log(f"eos backlog: {rows} rows in transactions of {k}, {reps} rep(s) per delivery mode")
+        self.sql.rows("TRUNCATE outbox")
+        self.drop_slots("e\\_%")
+        self.create_slots([f"e_{short}_{r}" for r in range(reps) for short in ("alo", "eos")])
+        start = self.sql.one("SELECT pg_current_wal_insert_lsn()")
+        end = self.load(rows, k)
+        runs = {d: [] for d in DELIVERIES}
+        for r in range(reps):
+            for d in DELIVERIES[r % 2:] + DELIVERIES[:r % 2]:
+                self.pressure.phase = f"eos backlog {d}"
+                x = self.drain_relay(f"e_{DELIVERY_SHORT[d]}_{r}", end, rows, delivery=d, start=start)
+                x["rep"] = r
+                runs[d].append(x)
+                t = x.get("transactions") or {}
+                log(f"  rep {r} {d:<14} {x['events_per_second']:>10,.0f} ev/s (steady "
+                    f"{fmt(x['steady_events_per_second'])}), relay CPU "
+                    f"{x['cpu_us_per_event']:.2f} µs/ev, startup {x['startup_seconds']:.2f} s"
+                    + (f", {t['committed']} transactions ({fmt(t['records'] / t['committed'], ',.0f')} records each), "
+                       f"{t['failed']} failed" if t.get("committed") else ""))
+        self.drop_slots("e\\_%")
+        out["backlog"] = {"rows": rows, "txn_size": k, "end_lsn": end, "runs": runs}
+        live = out["live"] = {"rate": rate, "seconds": secs, "pgbench_clients": pgbench_clients(rate),
+                              "runs": {d: [] for d in DELIVERIES}}
+        for r in range(reps):
+            for d in DELIVERIES[r % 2:] + DELIVERIES[:r % 2]:
+                self.pressure.phase = f"eos live {d}"
+                x = self.live_visible(rate, secs, d, r)
+                x["rep"] = r
+                live["runs"][d].append(x)
+                log(f"  rep {r} live {rate}/s {d:<14} commit→visible p50 {fmt_ms(x['p50_us'])} p99 "
+                    f"{fmt_ms(x['p99_us'])} ms (relay commit→ack p50 {fmt_ms(x['relay_p50_us'])}), "
+                    f"{x['received']} of {x['written']} received at {x['achieved_rate']:,.0f}/s"
+                    + (f", {x['cpu_seconds'] * 1e6 / x['events']:.1f} µs CPU/ev" if x["events"] else ""))
+
+
+def steady_rate(progress, start, end, rows):
+    """Events/s between the first confirmation past STEADY_FROM of [start, end] (WAL
+    bytes) and the last, rows spread evenly over the WAL (one row shape); None when
+    the slot was not seen moving twice past it."""
+    start, end = int(start), int(end)
+    past = [(t, at) for t, at in progress if at >= start + STEADY_FROM * (end - start)]
+    if len(past) < 2 or past[-1][0] <= past[0][0]:
+        return None
+    (t0, a0), (t1, a1) = past[0], past[-1]
+    if a0 >= end:
+        return None
+    return rows * (min(a1, end) - a0) / (end - start) / (t1 - t0)
+
+
+def transaction_metrics(port):
+    """Exactly-once's counters from the relay's /metrics: committed, failed, records
+    (watermarks not counted), commit_seconds; None for a series not rendered (an
+    at-least-once relay renders none of them), None altogether when unreadable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError as e:
+        log(f"warning: cannot read the relay's http://127.0.0.1:{port}/metrics: {e}")
+        return None
+    out = {}
+    for key, name in TXN_METRICS.items():
+        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        out[key] = None if not m else float(m.group(1)) if key == "commit_seconds" else int(float(m.group(1)))
+    return out
+
+
+def eos_rows(res, verdict):
+    """`bench/run.sh eos`: exactly-once (value) against at-least-once (baseline), the
+    backlog drain and the live rate's commit → visible latency."""
+    e, rows = res.get("eos") or {}, []
+    alo, eos = DELIVERIES
+    ratio = lambda a, b, spec=".2f": fmt(a / b if a and b else None, spec) + "×"
+    txn = lambda runs, f: med(runs, lambda x: f(x["transactions"]) if (x.get("transactions") or {}).get("committed")
+                              else None)
+    b = e.get("backlog")
+    if b:
+        runs = b["runs"]
+        valid = all(x["valid"] for v in runs.values() for x in v)
+        note = "" if valid else "(invalid run)"
+        label = f"eos backlog {b['rows']:,} rows (txn {b['txn_size']})"
+        rate = {d: [x["events_per_second"] for x in runs[d]] for d in DELIVERIES}
+        r = median(rate[eos]) / median(rate[alo]) if rate[eos] and rate[alo] else None
+        rows.append((f"{label}: ev/s exactly-once vs at-least-once (median; min)",
+                     f"{fmt(median(rate[eos]))}; {fmt(min(rate[eos], default=None))}",
+                     f"{fmt(median(rate[alo]))}; {fmt(min(rate[alo], default=None))}",
+                     fmt(r, ".2f") + "×", "≥ 0.8× at-least-once", verdict(r >= 0.8 if r else None, valid)))
+        for q, what, target in (("steady_events_per_second", f"steady ev/s (slot confirmations from past "
+                                 f"{STEADY_FROM:.0%} of the WAL to the end: no start-up effect)",
+                                 "≥ 0.8× at-least-once"),
+                                ("end_to_end_events_per_second", "ev/s from the relay's spawn (startup included)",
+                                 "info")):
+            a, c = (med(runs[d], lambda x: x.get(q)) for d in (eos, alo))
+            r = a / c if a and c else None
+            rows.append((f"{label}: {what}, exactly-once vs at-least-once (median)", fmt(a), fmt(c),
+                         fmt(r, ".2f") + "×", target,
+                         verdict(r >= 0.8 if r else None, valid) if target != "info" else note))
+        for q, what in (("cpu_us_per_event", "relay CPU µs/event"), ("broker_cpu_us_per_event", "broker CPU µs/event"),
+                        ("walsender_busy_share", "walsender busy share (CPU s / wall s)"),
+                        ("startup_seconds", "startup s (excluded from the rate)")):
+            a, c = (med(runs[d], lambda x: x.get(q)) for d in (eos, alo))
+            rows.append((f"{label}: {what}, exactly-once vs at-least-once", fmt(a, ".2f"), fmt(c, ".2f"),
+                         ratio(a, c), "info", note))
+        rows.append((f"{label}: exactly-once Kafka transactions committed; records per transaction; "
+                     "mean commit ms; failed (median)",
+                     f"{fmt(txn(runs[eos], lambda t: t['committed']))}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['records'] / t['committed']))}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['commit_seconds'] * 1e3 / t['committed']), '.1f')}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['failed']))}", "", "", "info", note))
+    live = e.get("live")
+    if live and all(live["runs"].values()):
+        runs = live["runs"]
+        valid = all(x["valid"] for v in runs.values() for x in v)
+        note = "" if valid else "(invalid run)"
+        ach = [x["achieved_rate"] for v in runs.values() for x in v]
+        label = (f"eos live {live['rate']:,}/s" + (f" (achieved {fmt(median(ach))}/s: rate NOT reached)"
+                                                   if median(ach) < 0.95 * live["rate"] else ""))
+        for q in ("p50_us", "p99_us"):
+            a, c = (med(runs[d], lambda x: x[q]) for d in (eos, alo))
+            d = a - c if a is not None and c is not None else None
+            rows.append((f"{label}: commit→visible {q[:3]} ms (read_committed consumer), exactly-once vs "
+                         "at-least-once", fmt_ms(a), fmt_ms(c), ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms",
+                         "info (exactly-once waits for its transaction's commit)", note))
+        (relay, ws, total), (brelay, bws, btotal) = live_cpu(runs[eos]), live_cpu(runs[alo])
+        rows.append((f"{label}: relay CPU µs/event, exactly-once vs at-least-once", fmt(relay, ".1f"),
+                     fmt(brelay, ".1f"), ratio(relay, brelay), "info", note))
+        rows.append((f"{label}: CPU µs/event relay + walsender = total, exactly-once vs at-least-once",
+                     f"{fmt(relay, '.1f')} + {fmt(ws, '.1f')} = {fmt(total, '.1f')}",
+                     f"{fmt(brelay, '.1f')} + {fmt(bws, '.1f')} = {fmt(btotal, '.1f')}",
+                     ratio(total, btotal) + " total", "info", note))
+        q = {d: [med(runs[d], lambda x: x.get(k)) for k in ("relay_p50_us", "relay_p99_us")] for d in DELIVERIES}
+        rows.append((f"{label}: the relay's own commit→ack p50 / p99 ms (not visibility), exactly-once vs "
+                     "at-least-once", " / ".join(map(fmt_ms, q[eos])), " / ".join(map(fmt_ms, q[alo])), "",
+                     "info", note))
+        secs = live["seconds"]
+        rows.append((f"{label}: exactly-once Kafka transactions per second; records per transaction; mean commit "
+                     "ms; failed (median)",
+                     f"{fmt(txn(runs[eos], lambda t: t['committed'] / secs), '.1f')}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['records'] / t['committed']), '.1f')}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['commit_seconds'] * 1e3 / t['committed']), '.1f')}; "
+                     f"{fmt(txn(runs[eos], lambda t: t['failed']))}", "", "", "info", note))
+        rows.append((f"{label}: achieved insert rate min/median", f"{fmt(min(ach))}/{fmt(median(ach))}", "", "",
+                     "≥ 95 % of target", verdict(min(ach) >= 0.95 * live["rate"])))
+    return rows
+
 
 def messages_table(res):
     """Rows for `bench/run.sh messages`: each figure as messages (value) vs table rows (baseline)."""
@@ -1347,6 +1652,7 @@ def build_table(res, before=None):
     rows += live_rows(res, before, verdict)
     rows += topics_rows(res, verdict)
     rows += poll_rows(res.get("poll") or {})
+    rows += eos_rows(res, verdict)
     for name, x in res["memory"].items():
         rows.append((f"memory: relay peak RSS MB, {x['rows']:,} rows as "
                      + ("one transaction" if name == "single_txn" else f"a backlog (txn {x['txn_size']})"),
@@ -1444,22 +1750,28 @@ def run_modes(b, o, rates):
         b.messages(o.rows, int(o.txn_sizes.split()[0]), o.reps)
     if o.mode == "memory":
         memory.Memory(b, o, Lines).run()
+    if o.mode == "eos":
+        b.eos(o.rows, o.rate, o.live_seconds, o.reps)
 
 
 def main():
     quick = os.environ.get("BENCH_QUICK") == "1"
     env = lambda name, default: type(default)(os.environ.get(name, default))
     ap = argparse.ArgumentParser(description="pgoutbox benchmark (see bench/run.sh)")
-    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages", "topics", "memory"])
+    ap.add_argument("mode", nargs="?", default="all", choices=["all", "backlog", "live", "poll", "messages", "topics", "memory", "eos"])
     ap.add_argument("args", nargs="*",
                     help="backlog: [ROWS] [TXN_SIZES]; live: [RATES] [SECONDS]; poll: [RATE] [SECONDS]; "
-                         "messages: [ROWS] [TXN_SIZE]; topics: [ROWS] [TOPIC_COUNTS]; memory: [ROWS] [CASES]")
+                         "messages: [ROWS] [TXN_SIZE]; topics: [ROWS] [TOPIC_COUNTS]; memory: [ROWS] [CASES]; "
+                         "eos: [ROWS] [RATE]")
     ap.add_argument("--broker", choices=["tansu", "kafka", "both"], default=os.environ.get("BENCH_BROKER", "both"),
                     help="the broker(s) measured: each mode runs once per broker, on a fresh broker per "
                          "Kafka-side measurement (default both: tansu, then Apache Kafka)")
     ap.add_argument("--relay-arg", action="append", default=[],
                     help="an argument added to every `pgoutbox run` of logical mode (repeat it), e.g. "
                          "--relay-arg=--kafka-option=linger.ms=5: a setting's before/after without a rebuild")
+    ap.add_argument("--eos-arg", action="append", default=[],
+                    help="eos mode: an argument added to the exactly-once relays only (repeat it), e.g. "
+                         "--eos-arg=--transaction-interval=50ms")
     ap.add_argument("--kafka-fresh", action="store_true",
                     help="a new Apache Kafka node before every Kafka-side measurement (default: one node "
                          "per pass, fresh topics per measurement)")
@@ -1518,6 +1830,11 @@ def main():
     if o.mode == "memory":
         o.mem_rows = int(o.args[0]) if o.args else o.mem_rows
         o.mem_cases = o.args[1] if len(o.args) > 1 else o.mem_cases
+    if o.mode == "eos":
+        o.rows = int(o.args[0]) if o.args else o.rows
+        o.rate = int(o.args[1]) if len(o.args) > 1 else (o.rate or 1000)
+        if o.broker == "tansu":
+            ap.error("eos mode runs on Apache Kafka only (tansu does not honour transactions): --broker kafka")
     if o.mode == "live":
         o.rates = o.args[0] if o.args else o.rates
         o.live_seconds = int(o.args[1]) if len(o.args) > 1 else o.live_seconds
@@ -1535,6 +1852,8 @@ def main():
         # results per broker since --broker; a file from before holds tansu's alone
         before = before["results"] if "brokers" in before else {"tansu": before["results"]}
     brokers = BROKERS if o.broker == "both" else (o.broker,)
+    if o.mode == "eos":
+        brokers = ("kafka",)  # tansu does not honour transactions: nothing to compare there
     per_broker = {}
     started = datetime.datetime.now(datetime.timezone.utc)
     b = Bench(o)
@@ -1556,6 +1875,8 @@ def main():
                   + (f", topics {o.rows} rows over {o.topic_counts}" if o.mode in ("all", "topics") else "")
                   + (f", relay B {o.relay_b}" if o.relay_b and o.mode in ("all", "live") else "")
                   + (f", messages vs rows: {o.rows} events, txn {o.txn_sizes}" if o.mode == "messages" else "")
+                  + (f", eos: backlog {o.rows} rows (txn {EOS_TXN}), live {o.rate:,}/s for {o.live_seconds} s"
+                     + (f", exactly-once args {' '.join(o.eos_arg)}" if o.eos_arg else "") if o.mode == "eos" else "")
                   + (f", memory {o.mem_cases}: {o.mem_rows} and {o.mem_small} rows, {o.mem_large} large, "
                      f"{o.mem_reps} rep(s), bound {o.mem_bound:g} MB" if o.mode == "memory" else "")
                   + (" (BENCH_QUICK)" if quick else ""))
@@ -1590,6 +1911,11 @@ def main():
           "bench.py; the polling relay measures delivery report − created_at. CPU figures are scheduler run "
           "time (/proc/PID/task/*/schedstat: utime+stime without tick rounding); walsender = the slot's "
           "active_pid; live CPU per event spans the whole phase, idle gaps between events included.")
+    if o.mode == "eos":
+        print("eos notes: commit→visible = receipt by examples/visible_latency (isolation.level=read_committed, "
+              "every partition assigned and at its end before the relay starts) − the row's commit time "
+              "(pg_xact_commit_timestamp, track_commit_timestamp = on), exact quantiles over every event; "
+              "transactions from the exactly-once relay's /metrics (watermark records not counted).")
     path = o.json or os.path.join(ROOT, "bench", "results", f"{started:%Y%m%dT%H%M%SZ}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:

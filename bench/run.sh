@@ -28,17 +28,30 @@
 #                                                 --mem-gate exits 1 past --mem-bound (30 MB), the
 #                                                 one pass/fail here (memory, never timing);
 #                                                 --mem-variant NAME:BIN=…,ARG=…,ENV=… side by side
+#   bench/run.sh eos [ROWS] [RATE]                at-least-once vs --delivery exactly-once on
+#                                                 Apache Kafka only (tansu ignores transactions),
+#                                                 modes alternating per rep: drain rate of ROWS
+#                                                 (200000) rows in transactions of 10 (target:
+#                                                 exactly-once ≥ 0.8×), relay CPU µs/event, Kafka
+#                                                 transactions and records per transaction from
+#                                                 /metrics; then RATE (1000) one-row txns/s for
+#                                                 --live-seconds: commit→visible p50/p99 as a
+#                                                 read_committed consumer sees it
+#                                                 (examples/visible_latency), relay CPU µs/event;
+#                                                 --eos-arg ARG for the exactly-once relays only
 #   BENCH_QUICK=1 bench/run.sh                    smoke run: small sizes, 1 repetition
 #
 # Every mode runs once per broker: --broker tansu|kafka|both (BENCH_BROKER; default both,
 # tansu first), with a fresh broker before every Kafka-side measurement: a new tansu, or a
 # new Apache Kafka KRaft node (scripts/start-kafka.sh in a fresh directory, heap KAFKA_HEAP,
-# default "-Xms256m -Xmx1g"). Figures are prefixed [tansu] / [kafka] in the table.
+# default "-Xms256m -Xmx1g"). Figures are prefixed [tansu] / [kafka] in the table. The eos
+# mode runs on Apache Kafka alone whatever --broker says (--broker tansu is refused).
 #
-# Builds the release relay and the two baseline examples (produce_only, polling_relay),
-# then runs bench/bench.py on a private PostgreSQL (scripts/dev-postgres.sh, under
-# /tmp/pgoutbox-bench.<pid>, removed afterwards) and local brokers. What is
-# measured, and against which baseline, is described at the top of bench/bench.py.
+# Builds the release relay and the examples it measures with (produce_only, polling_relay,
+# wake_cost, visible_latency), then runs bench/bench.py on a private PostgreSQL
+# (scripts/dev-postgres.sh, under /tmp/pgoutbox-bench.<pid>, removed afterwards) and
+# local brokers. What is measured, and against which baseline, is described at the top
+# of bench/bench.py.
 # Prints a table (value, baseline, ratio, target, met / not met) with the CPU pressure
 # seen in each phase, and writes bench/results/<utc-timestamp>.json (or --json PATH).
 #
@@ -58,5 +71,5 @@ if [ "${1:-}" = cleanup ]; then
   [ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet --bin pgoutbox
   exec python3 bench/cleanup.py "$@"
 fi
-cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay --example wake_cost
+cargo build --release --quiet --bin pgoutbox --example produce_only --example polling_relay --example wake_cost --example visible_latency
 exec python3 bench/bench.py "$@"

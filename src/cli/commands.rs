@@ -321,6 +321,14 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Replay is at-least-once only: it sends rows again on purpose, as plain
+    /// idempotent writes outside any relay's Kafka transactions and watermark (a
+    /// read_committed consumer sees them once acked; consumers deduplicate on the
+    /// `id` header). `exactly-once` (also from PGOUTBOX_DELIVERY or a shared
+    /// config file) is refused with the reason.
+    #[arg(long = "delivery", env = "PGOUTBOX_DELIVERY", value_enum, default_value_t = DeliveryArg::AtLeastOnce)]
+    pub delivery: DeliveryArg,
+
     /// Rows fetched from the cursor at a time (memory is bounded by it and by the
     /// producer's queue, not by the number of rows replayed).
     #[arg(long, default_value_t = 1000, value_name = "ROWS")]

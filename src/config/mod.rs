@@ -78,6 +78,9 @@ pub enum ConfigError {
     /// `--accept-watermark-reset` without `--delivery exactly-once`.
     #[error("--accept-watermark-reset applies only with --delivery exactly-once (there is no watermark in at-least-once mode); fix: drop it, or add --delivery exactly-once")]
     AcceptWatermarkReset,
+    /// `replay` with `--delivery exactly-once`.
+    #[error("pgoutbox replay is at-least-once only: it sends rows again on purpose, outside any relay's Kafka transactions and watermark, so a crash mid-replay and a rerun send rows twice, and a relay's exactly-once stream is unchanged by it; fix: run replay with --delivery at-least-once (unset PGOUTBOX_DELIVERY or the config file's delivery key for it); consumers deduplicate replayed rows on the id header")]
+    ReplayExactlyOnce,
     /// `--source poll` with `--delivery exactly-once`.
     #[error("--delivery exactly-once needs --source logical: the watermark it writes in each Kafka transaction is a WAL position, and poll mode marks claimed rows in the table instead, outside the Kafka transaction; fix: use --source logical, or --delivery at-least-once with poll mode (consumers deduplicate on the id header)")]
     PollExactlyOnce,
@@ -422,6 +425,9 @@ fn record_timestamp(args: &RecordArgs) -> RecordTimestamp {
 /// Validate `replay` arguments: the same tables, mapping, record format, poison
 /// policy and producer settings as `run`, and a selection.
 pub fn replay(args: &ReplayArgs, overrides: &TableOverrides) -> Result<ReplayConfig, ConfigError> {
+    if matches!(args.delivery, crate::cli::DeliveryArg::ExactlyOnce) {
+        return Err(ConfigError::ReplayExactlyOnce);
+    }
     // Logical decoding messages live only in the WAL: nothing to read back.
     if args.source.messages_only || args.source.tables.iter().all(|t| t.trim().is_empty()) {
         return Err(SelectionError::NoTable.into());

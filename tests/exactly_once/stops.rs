@@ -55,6 +55,42 @@ fn a_watermark_of_another_database_system_stops_the_relay() {
     );
 }
 
+/// `replay` sends rows again on purpose, outside any Kafka transaction: it refuses
+/// exactly-once with the reason, from the flag and from the environment twin `run`
+/// shares, and sends nothing.
+#[test]
+fn replay_refuses_exactly_once_with_the_reason() {
+    let db = PgCluster::shared().fresh_db();
+    let url = db.url();
+    let base = [
+        "replay",
+        "--database-url",
+        url.as_str(),
+        "--all",
+        "--dry-run",
+    ];
+    let flag: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--delivery", "exactly-once"])
+        .collect();
+    for (args, env) in [
+        (flag, Vec::new()),
+        (base.to_vec(), vec![("PGOUTBOX_DELIVERY", "exactly-once")]),
+    ] {
+        let mut replay = Pgoutbox::spawn_with_env(&args, &env);
+        let status = replay.wait_exit(WAIT);
+        let stderr = replay.stderr();
+        assert_eq!(status.code(), Some(2), "{env:?}: {stderr}");
+        assert!(
+            stderr.contains("pgoutbox replay is at-least-once only")
+                && stderr.contains("--delivery at-least-once"),
+            "{stderr}"
+        );
+        assert!(replay.stdout_so_far().is_empty(), "nothing sent");
+    }
+}
+
 #[test]
 fn poll_mode_refuses_exactly_once_with_the_reason() {
     let db = PgCluster::shared().fresh_db();

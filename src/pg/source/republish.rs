@@ -88,7 +88,8 @@ mod tests {
         let sql = install_sql("pgoutbox", &tables);
         assert_eq!(sql.len(), 3);
         assert!(
-            sql[0].starts_with("CREATE OR REPLACE FUNCTION public.\"pgoutbox_republish_pgoutbox\"()"),
+            sql[0]
+                .starts_with("CREATE OR REPLACE FUNCTION public.\"pgoutbox_republish_pgoutbox\"()"),
             "{}",
             sql[0]
         );
