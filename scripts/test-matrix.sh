@@ -19,7 +19,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/pgoutbox/target}
 
 # Module filters of tests/main.rs that make up the compatibility subset.
 SUBSET=(tail:: run:: faults:: keepalive:: auth:: ops::check slot_safety:: restart:: failover::
-        messages:: heartbeat:: poll:: cleanup:: replay:: migrations::)
+        messages:: heartbeat:: poll:: cleanup:: replay:: migrations:: repair::)
 
 system_major=$(pg_config --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 if [ "$#" -gt 0 ]; then

@@ -52,6 +52,7 @@
 pub mod cli;
 pub mod config;
 pub mod exit;
+pub mod failpoint;
 pub mod failure;
 pub mod heartbeat;
 pub mod http;

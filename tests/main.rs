@@ -38,6 +38,7 @@ mod packaging;
 mod poison;
 mod poll;
 mod reader;
+mod repair;
 mod replay;
 mod restart;
 mod rounds;

@@ -19,6 +19,13 @@ pub enum DeliveryArg {
     ExactlyOnce,
 }
 
+/// An on/off setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
 /// `--delivery` and the exactly-once settings: `run` acts on them, `check` checks
 /// for them and `tail` says which mode `run` would be in.
 #[derive(Debug, Clone, Args)]
@@ -259,6 +266,16 @@ pub struct RunArgs {
     /// only; deliberately has no environment twin.
     #[arg(long)]
     pub accept_publication_change: bool,
+
+    /// When an outbox table is re-created (DROP + CREATE, a rename swap) and not
+    /// published, and nothing else about the publication changed: `on` re-adds it
+    /// to the publication and sends the rows written to it meanwhile, from the
+    /// WAL, in order, before any later row (PostgreSQL 14+; the relay's role must
+    /// own the publication and the table, or be a superuser; writers wait for the
+    /// repair's few milliseconds); `off` stops the relay with the fix instead.
+    /// A failed repair stops it too, saying why.
+    #[arg(long, env = "PGOUTBOX_PUBLICATION_REPAIR", value_enum, default_value_t = Switch::On, value_name = "on|off")]
+    pub publication_repair: Switch,
 
     /// With --delivery exactly-once: start even though the watermark topic no
     /// longer holds this relay's watermark while its state file says it committed

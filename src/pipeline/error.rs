@@ -53,6 +53,14 @@ pub enum PipelineError {
         tables: String,
         publication: String,
     },
+    /// A publication repair's message that does not decode (a bug, or a message
+    /// with the repair's prefix emitted by someone else).
+    #[error("publication repair message at {lsn} ({prefix}): {reason}; the relay stops before it")]
+    RepairMessage {
+        lsn: Lsn,
+        prefix: String,
+        reason: String,
+    },
     /// A message that is only sent when streaming/two-phase is enabled.
     #[error("unexpected pgoutput {0} message: pgoutbox does not enable streaming or two_phase")]
     UnexpectedMessage(&'static str),

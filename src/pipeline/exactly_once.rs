@@ -236,7 +236,7 @@ impl ExactlyOnce {
     /// Start committing, `watermark` sent in the transaction; `produced` is the
     /// session's count of records handed over so far.
     pub fn start_commit(&mut self, watermark: Watermark, produced: Sent) {
-        failpoint("before-kafka-commit");
+        crate::failpoint::hit("before-kafka-commit");
         let txns = self.txns.clone();
         let handle = tokio::task::spawn_blocking(move || txns.commit(COMMIT_TIMEOUT));
         let records = produced.since(self.produced_before).records;
@@ -281,69 +281,13 @@ impl ExactlyOnce {
             self.metrics.transactions.failed();
             return Err(err);
         }
-        failpoint("after-kafka-commit");
+        crate::failpoint::hit("after-kafka-commit");
         self.metrics
             .transactions
             .committed(records, began.elapsed());
         self.committed_end = self.committed_end.max(watermark.end_lsn);
         self.opened = None;
         Ok(watermark.end_lsn)
-    }
-}
-
-/// Crash points for tests of what a crash at a named step leaves behind:
-/// `PGOUTBOX_FAILPOINT=<name>:<n>` aborts the process (as kill -9 would, no drain)
-/// the n-th time the step is reached, after printing `failpoint <name> hit` to
-/// stderr; `<name>:<n>:stop` stops it instead (SIGSTOP, as a paused VM or a long
-/// GC pause would: the test resumes it with SIGCONT — a zombie). Steps:
-/// `before-init-transactions`, `after-init-transactions` (a session's fencing),
-/// `during-init-transactions` (see [`init_watchdog`]), `before-kafka-commit` (the
-/// watermark is in the transaction, the commit not begun), `after-kafka-commit`
-/// (committed, the slot not confirmed). Unset (always, outside tests): one check of
-/// a value read once.
-fn failpoint(name: &str) {
-    if let Some(action) = armed(name) {
-        fire(name, action);
-    }
-}
-
-/// What an armed failpoint does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Abort,
-    Stop,
-}
-
-/// The action of failpoint `name` if this is the pass it is armed for (counted).
-fn armed(name: &str) -> Option<Action> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    static ARMED: OnceLock<Option<(String, u64, Action)>> = OnceLock::new();
-    static REACHED: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| {
-        let value = std::env::var("PGOUTBOX_FAILPOINT").ok()?;
-        let mut parts = value.split(':');
-        let (step, n) = (parts.next()?, parts.next()?.parse().ok()?);
-        let action = match parts.next() {
-            None | Some("abort") => Action::Abort,
-            Some("stop") => Action::Stop,
-            Some(_) => return None,
-        };
-        Some((step.to_owned(), n, action))
-    });
-    let (step, n, action) = armed.as_ref()?;
-    (step == name && REACHED.fetch_add(1, Ordering::Relaxed) + 1 == *n).then_some(*action)
-}
-
-fn fire(name: &str, action: Action) {
-    eprintln!("failpoint {name} hit");
-    match action {
-        Action::Abort => std::process::abort(),
-        // SAFETY: raise(3) with a valid signal number has no memory-safety
-        // preconditions; the process stops here until a SIGCONT.
-        Action::Stop => unsafe {
-            libc::raise(libc::SIGSTOP);
-        },
     }
 }
 
@@ -354,7 +298,7 @@ fn fire(name: &str, action: Action) {
 /// returns (a call that returns first is a pass without a hit, logged).
 fn init_watchdog(done: std::sync::Arc<std::sync::atomic::AtomicBool>) {
     const DURING_INIT: Duration = Duration::from_millis(20);
-    let Some(action) = armed("during-init-transactions") else {
+    let Some(action) = crate::failpoint::armed("during-init-transactions") else {
         return;
     };
     std::thread::spawn(move || {
@@ -362,7 +306,7 @@ fn init_watchdog(done: std::sync::Arc<std::sync::atomic::AtomicBool>) {
         if done.load(std::sync::atomic::Ordering::SeqCst) {
             eprintln!("failpoint during-init-transactions missed: init_transactions returned within {DURING_INIT:?}");
         } else {
-            fire("during-init-transactions", action);
+            crate::failpoint::fire("during-init-transactions", action);
         }
     });
 }
@@ -429,13 +373,13 @@ pub async fn start(
     // Crash points around the fencing: before it (the previous producer's
     // transaction still open) and after it (that transaction aborted, nothing of
     // this session written or read yet).
-    failpoint("before-init-transactions");
+    crate::failpoint::hit("before-init-transactions");
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     init_watchdog(done.clone());
     let initialised = blocking(move || init.init(SETUP_TIMEOUT)).await;
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     initialised??;
-    failpoint("after-init-transactions");
+    crate::failpoint::hit("after-init-transactions");
     watermark::ensure_topic(&reader, &cfg.watermark_topic, SETUP_TIMEOUT).await?;
     let (topic, key) = (cfg.watermark_topic.clone(), id.clone());
     let newest =

@@ -434,7 +434,7 @@ impl<'a> Session<'a> {
                 Ok(())
             }
             Ok(Reading::Changed(changed)) => Err(self.changed(changed)),
-            Ok(Reading::PublicationGone) => Ok(()),
+            Ok(Reading::PublicationGone | Reading::Repairing) => Ok(()),
             Err(err) => Err(PipelineError::Watch(err)),
         }
     }
@@ -472,7 +472,7 @@ impl<'a> Session<'a> {
             match watch.read_now().await {
                 Ok(Reading::Vouched(baseline)) => self.checkpoint.keep_publication(baseline),
                 Ok(Reading::Changed(changed)) => finding = Some(changed),
-                Ok(Reading::PublicationGone) => {}
+                Ok(Reading::PublicationGone | Reading::Repairing) => {}
                 Err(err) => {
                     tracing::warn!(error = %crate::report::Report(&err), "could not read the publication at the end of the session; the slot stays at the position last vouched for")
                 }

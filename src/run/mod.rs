@@ -514,10 +514,8 @@ async fn session(
             let observed =
                 publication_state::read(&catalog_client, &cfg.source.publication, tables, version)
                     .await?;
-            Some((
-                version,
-                guard.publication_start(&identity, &observed, tables)?,
-            ))
+            let (baseline, repair_now) = guard.publication_start(&identity, &observed, tables)?;
+            Some((version, baseline, repair_now))
         }
     };
     let info = info.ok_or_else(|| CatalogError::MissingSlot {
@@ -549,18 +547,23 @@ async fn session(
     let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
     let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
     let watch = match baseline {
-        Some((version, baseline)) => {
+        Some((version, baseline, repair_now)) => {
             checkpoint
                 .record_publication(baseline.clone())
                 .await
                 .map_err(SafetyError::from)?;
-            Some(PublicationWatch::new(
-                catalog_client,
-                version,
-                &cfg.source.publication,
-                &cfg.source.tables,
-                baseline,
-            ))
+            let repair =
+                cfg.safety.publication_repair && version >= crate::safety::repair::MIN_VERSION_NUM;
+            Some(
+                PublicationWatch::new(
+                    catalog_client,
+                    version,
+                    &cfg.source.publication,
+                    &cfg.source.tables,
+                    baseline,
+                )
+                .repairing(repair, repair_now, checkpoint.clone()),
+            )
         }
         None => None,
     };

@@ -35,6 +35,7 @@
 
 mod error;
 pub mod publication;
+pub mod repair;
 pub mod resume;
 #[cfg(test)]
 mod tests;
@@ -68,6 +69,9 @@ pub struct SafetyConfig {
     pub accept_slot_reset: bool,
     /// `--accept-publication-change`: adopt the publication as it is at this start.
     pub accept_publication_change: bool,
+    /// `--publication-repair on`: re-add a re-created outbox table and send its
+    /// rows ([`repair`]).
+    pub publication_repair: bool,
 }
 
 /// The checks of one `run` process; keeps what must survive reconnects.
@@ -82,6 +86,8 @@ pub struct SlotGuard {
     accept_reset: bool,
     /// `--accept-publication-change`, until a start used it.
     accept_publication: bool,
+    /// `--publication-repair on`.
+    repair: bool,
     /// The slot was held by another process since the last session started.
     stood_by: bool,
     /// How to re-publish events, for messages.
@@ -119,6 +125,7 @@ impl SlotGuard {
             publication: publication.to_owned(),
             accept_reset: cfg.accept_slot_reset,
             accept_publication: cfg.accept_publication_change,
+            repair: cfg.publication_repair,
             stood_by: false,
             republish: Box::from(format!(
                 "re-publish the missed events from the outbox table if they are still there (keeping their ids: WITH r AS (DELETE FROM {table} WHERE {timestamp_column} >= '<time of the last event seen in Kafka>' RETURNING *) INSERT INTO {table} SELECT * FROM r; see \"Slot safety\" in the README)"
@@ -268,7 +275,7 @@ impl SlotGuard {
         identity: &SystemIdentity,
         observed: &Observed,
         tables: &[TableName],
-    ) -> Result<Baseline, SafetyError> {
+    ) -> Result<(Baseline, bool), SafetyError> {
         // A baseline of another cluster (let through by --accept-slot-reset) says
         // nothing about this one's catalog.
         let recorded = self
@@ -276,16 +283,29 @@ impl SlotGuard {
             .filter(|s| s.system_id == identity.system_id);
         let Some(baseline) = recorded.and_then(|s| s.publication) else {
             tracing::info!(publication = %self.publication, wal = %observed.wal, "no publication baseline recorded yet: taking the publication as it is now");
-            return Ok(Baseline::of(observed));
+            return Ok((Baseline::of(observed), false));
         };
         match publication::judge(&self.publication, tables, &baseline, observed) {
-            Ok(next) => Ok(next),
+            Ok(next) => Ok((next, false)),
+            // Repaired by the session once it holds the slot (a standby never
+            // touches the publication): its watch reads at once.
+            Err(changed)
+                if self.repair
+                    && !repair::repairable(&baseline.state, &observed.state).is_empty() =>
+            {
+                tracing::warn!(
+                    publication = %self.publication,
+                    "found at start: {}; repairing once the stream starts (--publication-repair on)",
+                    changed.changes.join("; ")
+                );
+                Ok((baseline, true))
+            }
             Err(changed) if std::mem::take(&mut self.accept_publication) => {
                 tracing::warn!(
                     publication = %self.publication,
                     "--accept-publication-change: adopting the publication as it is now, after this change: {changed}"
                 );
-                Ok(Baseline::of(observed))
+                Ok((Baseline::of(observed), false))
             }
             Err(changed) => Err(SafetyError::PublicationChanged(changed)),
         }

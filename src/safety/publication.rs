@@ -34,7 +34,12 @@
 //!   `insert`.
 //! - A stop names the publication, each table and change (OIDs, actions, filter),
 //!   the LSN and time window since the last reading that found it unchanged, and
-//!   the fix. Nothing is created or re-added here (repair is not built yet).
+//!   the fix.
+//! - Repair ([`crate::safety::repair`], `--publication-repair on`, PostgreSQL
+//!   14+): when the only change is an outbox table re-created and not published,
+//!   the session's watch re-adds it and emits the rows written to it meanwhile into
+//!   the WAL, then adopts the table as the repair left it; nothing is vouched for
+//!   while it runs, and a failed repair stops the relay with the finding.
 //!
 //! Residual race, documented: a DDL whose commit record is in WAL before the WAL
 //! position is read but which is not yet visible to the catalog snapshot taken
@@ -279,9 +284,28 @@ pub struct PublicationWatch {
     baseline: Baseline,
     /// When the last reading started.
     last_start: Option<Instant>,
-    reading: Option<JoinHandle<Result<Observed, WatchError>>>,
+    reading: Option<JoinHandle<Result<Outcome, WatchError>>>,
     /// The publication was found gone (said once).
     gone_said: bool,
+    /// Repair a re-created, unpublished outbox table (see the module doc).
+    repair: bool,
+    /// The change a repair in progress answers (reported if the repair fails).
+    repairing: Option<Box<PublicationChanged>>,
+    /// Read at once, whatever the cadence (the start found a change to repair).
+    read_first: bool,
+    /// Where a repair is recorded before it commits.
+    checkpoint: crate::state::Checkpoint,
+}
+
+/// What a task of the watch came back with.
+enum Outcome {
+    /// A reading.
+    Read(Observed),
+    /// A repair, the reading right after it, and the baseline with the repair
+    /// recorded.
+    Repaired(Vec<super::repair::Repaired>, Observed, Baseline),
+    /// A repair that did not happen, and why.
+    RepairFailed(String),
 }
 
 impl std::fmt::Debug for PublicationWatch {
@@ -321,6 +345,8 @@ pub enum Reading {
     Vouched(Baseline),
     /// The relay must stop.
     Changed(Box<PublicationChanged>),
+    /// A repair started: nothing is vouched for until it ends.
+    Repairing,
     /// The publication itself is gone or was re-created: nothing is vouched for,
     /// and the stream's own error at its next change (the slot cannot decode past
     /// the drop) stops the relay with the slot-safety finding and its fix.
@@ -371,7 +397,26 @@ impl PublicationWatch {
             last_start: None,
             reading: None,
             gone_said: false,
+            repair: false,
+            repairing: None,
+            read_first: false,
+            checkpoint: crate::state::Checkpoint::disabled(),
         }
+    }
+
+    /// Repair re-created, unpublished outbox tables (`--publication-repair on`, on
+    /// PostgreSQL 14+: the caller checks the version); `now`: the start found one,
+    /// so the first reading comes at once.
+    pub fn repairing(
+        mut self,
+        repair: bool,
+        now: bool,
+        checkpoint: crate::state::Checkpoint,
+    ) -> Self {
+        self.repair = repair;
+        self.read_first = repair && now;
+        self.checkpoint = checkpoint;
+        self
     }
 
     /// WAL before this was vouched for.
@@ -387,6 +432,14 @@ impl PublicationWatch {
     /// Start a reading when `wanted` lies past what is vouched for, none is in
     /// progress and the last began [`CHECK_EVERY`] ago or more.
     pub fn want(&mut self, wanted: Lsn, now: Instant) {
+        if std::mem::take(&mut self.read_first) && self.reading.is_none() {
+            self.last_start = Some(now);
+            let target = self.target.clone();
+            self.reading = Some(tokio::spawn(async move {
+                target.read(READ_TIMEOUT).await.map(Outcome::Read)
+            }));
+            return;
+        }
         if wanted <= self.vouched() {
             return;
         }
@@ -396,7 +449,9 @@ impl PublicationWatch {
         if self.reading.is_none() && due {
             self.last_start = Some(now);
             let target = self.target.clone();
-            self.reading = Some(tokio::spawn(async move { target.read(READ_TIMEOUT).await }));
+            self.reading = Some(tokio::spawn(async move {
+                target.read(READ_TIMEOUT).await.map(Outcome::Read)
+            }));
         }
     }
 
@@ -407,8 +462,8 @@ impl PublicationWatch {
         };
         let result = handle.await;
         self.reading = None;
-        let observed = match result {
-            Ok(read) => read?,
+        let outcome = match result {
+            Ok(outcome) => outcome?,
             Err(join) => {
                 return Err(WatchError::Task {
                     publication: self.target.publication.clone(),
@@ -416,11 +471,43 @@ impl PublicationWatch {
                 })
             }
         };
-        Ok(self.judge(&observed))
+        Ok(self.outcome(outcome))
+    }
+
+    /// What a task's outcome means.
+    fn outcome(&mut self, outcome: Outcome) -> Reading {
+        match outcome {
+            Outcome::Read(observed) => self.judge(&observed),
+            Outcome::Repaired(done, observed, baseline) => {
+                self.repairing = None;
+                self.baseline = baseline;
+                for repaired in &done {
+                    tracing::info!(
+                        publication = %self.target.publication,
+                        table = %repaired.table,
+                        rows = repaired.rows,
+                        writers_waited_ms = repaired.waited.as_millis() as u64,
+                        writers_held_ms = repaired.held.as_millis() as u64,
+                        "repaired: the re-created outbox table is published again, and the rows written to it before are sent from the WAL, in the stream's order"
+                    );
+                }
+                self.judge(&observed)
+            }
+            Outcome::RepairFailed(why) => {
+                let mut changed = self.repairing.take().expect("a repair was running");
+                changed.changes.push(format!("the repair failed: {why}"));
+                Reading::Changed(changed)
+            }
+        }
     }
 
     /// Read now and wait (the end of a session: vouch for what was delivered).
     pub async fn read_now(&mut self) -> Result<Reading, WatchError> {
+        if self.repairing.is_some() {
+            // A repair holds a transaction on the connection: let it end (its lock
+            // timeout bounds it), never abort it half-way.
+            return self.finished().await;
+        }
         if let Some(handle) = self.reading.take() {
             handle.abort();
         }
@@ -451,7 +538,57 @@ impl PublicationWatch {
                 self.baseline = baseline.clone();
                 Reading::Vouched(baseline)
             }
-            Err(changed) => Reading::Changed(changed),
+            Err(changed) => {
+                let tables: Vec<(String, u32)> = match self.repair {
+                    true => super::repair::repairable(&self.baseline.state, &observed.state)
+                        .into_iter()
+                        .filter_map(|name| {
+                            let t = observed.state.tables.iter().find(|t| t.table == name)?;
+                            Some((name.to_owned(), t.oid?))
+                        })
+                        .collect(),
+                    false => Vec::new(),
+                };
+                if tables.is_empty() {
+                    return Reading::Changed(changed);
+                }
+                tracing::warn!(
+                    publication = %self.target.publication,
+                    "{}; repairing (--publication-repair on)",
+                    changed.changes.join("; ")
+                );
+                self.repairing = Some(changed);
+                let (target, checkpoint) = (self.target.clone(), self.checkpoint.clone());
+                let mut baseline = self.baseline.clone();
+                self.reading = Some(tokio::spawn(async move {
+                    use super::repair;
+                    let mut done = Vec::new();
+                    for (table, oid) in tables {
+                        let prepared =
+                            match repair::prepare(&target.client, &target.publication, &table, oid)
+                                .await
+                            {
+                                Ok(prepared) => prepared,
+                                Err(err) => return Ok(Outcome::RepairFailed(err.to_string())),
+                            };
+                        // Durable before the commit: a later start adopts the
+                        // relay's own ADD TABLE (see repair's module doc).
+                        baseline.repairs.push(prepared.record.clone());
+                        if let Err(err) = checkpoint.record_publication(baseline.clone()).await {
+                            repair::rollback(&target.client).await;
+                            let why = format!("recording it in the state file: {err}");
+                            return Ok(Outcome::RepairFailed(why));
+                        }
+                        match repair::commit(&target.client, prepared).await {
+                            Ok(repaired) => done.push(repaired),
+                            Err(err) => return Ok(Outcome::RepairFailed(err.to_string())),
+                        }
+                    }
+                    let observed = target.read(READ_TIMEOUT).await?;
+                    Ok(Outcome::Repaired(done, observed, baseline))
+                }));
+                Reading::Repairing
+            }
         }
     }
 }
@@ -464,7 +601,25 @@ pub fn judge(
     baseline: &Baseline,
     observed: &Observed,
 ) -> Result<Baseline, Box<PublicationChanged>> {
-    match compare(publication, &baseline.state, &observed.state) {
+    // A table this relay re-added itself (a repair recorded before its commit)
+    // is taken as the repair left it.
+    let mut before = baseline.state.clone();
+    for repair in &baseline.repairs {
+        let found = observed.state.tables.iter().find(|t| {
+            t.table == repair.table
+                && t.oid == Some(repair.oid)
+                && t.member == Member::Table
+                && t.member_oid == Some(repair.member_oid)
+        });
+        if let (Some(found), Some(was)) = (
+            found,
+            before.tables.iter_mut().find(|t| t.table == repair.table),
+        ) {
+            tracing::info!(publication, table = %repair.table, "the outbox table as this relay's repair left it; adopted");
+            *was = found.clone();
+        }
+    }
+    match compare(publication, &before, &observed.state) {
         Verdict::Unchanged { adopted } => {
             for note in adopted {
                 tracing::info!(publication, "{note}; adopted");

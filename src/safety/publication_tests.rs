@@ -215,6 +215,7 @@ fn the_finding_names_the_window_and_the_fix() {
 fn a_baseline_round_trips_through_the_state_file() {
     let mut state = crate::state::SlotState::new("7300000000000000001", 1, "db", "slot", Lsn(42));
     state.publication = Some(Baseline {
+        repairs: Vec::new(),
         vouched_lsn: Lsn(0x16_B374_D848),
         checked_at: "2026-12-03 23:50:00.123+00".into(),
         state: listed(),

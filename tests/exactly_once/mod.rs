@@ -82,10 +82,16 @@ async fn write(db: &TestDb<'_>, seed: u64, ledger: &mut Ledger, transactions: us
 fn read_all(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger) -> (Verdict, Reader) {
     let ids: HashSet<&str> = ledger.committed.iter().map(|(id, _)| id.as_str()).collect();
     let mut reader = Reader::new(&broker.addr(), &topics(db, TYPES));
-    reader.try_read_until(WAIT * 2, |records| {
+    // Large runs (the long form's 200 rounds write ~500,000 events) take longer to
+    // read than one wait: go on while records keep arriving.
+    let mut before = 0;
+    while !reader.try_read_until(WAIT, |records| {
         let got: HashSet<String> = records.iter().map(|r| r.id()).collect();
         ids.iter().all(|id| got.contains(*id))
-    });
+    }) && reader.records.len() > before
+    {
+        before = reader.records.len();
+    }
     // Anything sent twice would arrive right behind: give it time to show.
     reader.settle(Duration::from_secs(2));
     (verify(ledger, &reader.records), reader)

@@ -119,6 +119,22 @@ pub struct Baseline {
     pub checked_at: String,
     /// The publication then.
     pub state: PublicationState,
+    /// Repairs this relay was about to commit when the baseline was written
+    /// ([`crate::safety::repair`]): a table found with exactly that OID and that
+    /// `pg_publication_rel` row was re-added by the relay itself (its rows are in
+    /// the WAL), not by someone else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<RepairRecord>,
+}
+
+/// A repair about to commit: the table (quoted), its OID and the
+/// `pg_publication_rel` row the repair's `ADD TABLE` made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepairRecord {
+    pub table: String,
+    pub oid: u32,
+    pub member_oid: u32,
 }
 
 impl Baseline {
@@ -128,6 +144,7 @@ impl Baseline {
             vouched_lsn: observed.wal,
             checked_at: observed.at.clone(),
             state: observed.state.clone(),
+            repairs: Vec::new(),
         }
     }
 }

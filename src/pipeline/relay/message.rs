@@ -171,6 +171,9 @@ impl Relay<'_> {
         sink: &mut S,
         message: &LogicalMessage,
     ) -> Result<(), PipelineError> {
+        if crate::safety::repair::is_repair(&message.prefix) {
+            return self.on_repair_message(sink, message);
+        }
         let cfg = &self.cfg.messages;
         if !cfg.accepts(&message.prefix) {
             return Ok(());

@@ -83,6 +83,9 @@ pub struct Relay<'a> {
     skip_through: Lsn,
     /// The commit LSN and end LSN of the last transaction whose Commit was handled.
     last_commit: (Lsn, Lsn),
+    /// The table a publication repair's rows belong to (its last relation
+    /// message), see [`repair`].
+    repairing: Option<u32>,
 }
 
 impl<'a> Relay<'a> {
@@ -101,6 +104,7 @@ impl<'a> Relay<'a> {
             messages: message::Messages::default(),
             skip_through: Lsn::INVALID,
             last_commit: (Lsn::INVALID, Lsn::INVALID),
+            repairing: None,
         }
     }
 
@@ -398,5 +402,6 @@ impl<'a> Relay<'a> {
 
 mod heartbeat;
 pub mod message;
+mod repair;
 #[cfg(test)]
 mod tests;
