@@ -230,6 +230,11 @@ impl<'a> Session<'a> {
         let mut drain_deadline: Option<Instant> = None;
         let mut progress = tokio::time::interval(PROGRESS_INTERVAL);
         progress.reset();
+        // A change the start found to repair is read (and repaired) at once, even
+        // on an idle database.
+        if let Some(watch) = &mut self.watch {
+            watch.want(Lsn::INVALID, std::time::Instant::now());
+        }
         loop {
             let committing = self.eos.as_ref().is_some_and(ExactlyOnce::committing);
             if let Some(deadline) =
