@@ -264,3 +264,39 @@ async fn a_crash_before_the_repair_commits_repairs_at_the_next_start() {
     every_event_once(broker, &db, &ledger, "repair after a crash");
     stop(run);
 }
+
+/// A transaction that began before the repair (it wrote elsewhere first, so it
+/// has an xid) and writes its outbox row only after the repair committed: its row
+/// is decoded with the table published. PostgreSQL before 13.21 / 14.18 / 15.13 /
+/// 16.9 / 17.5 could decode such a transaction with the publication as it was
+/// when it began (invalidations were not passed to transactions in progress); every
+/// version of the matrix has the fix, and this test would show the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_open_across_the_repair_has_its_row_delivered() {
+    let db = PgCluster::shared().fresh_db();
+    keep_template(&db);
+    db.psql("CREATE TABLE side (x int)");
+    let broker = Broker::shared();
+    let state = temp_dir("state");
+    let mut run = relay(&db, &broker.addr(), &state, &[], &[]);
+    run.wait_stderr("relaying outbox to kafka", WAIT);
+    let open = db.client().await;
+    open.batch_execute("BEGIN; INSERT INTO side VALUES (1)")
+        .await
+        .unwrap();
+    let mut ledger = Ledger::default();
+    let insert = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ('order', 'k', 'E', '{}') RETURNING id::text";
+    db.psql(RECREATE);
+    ledger.push(db.psql(insert), "k".into());
+    if stops_before_14(&db, &mut run) {
+        open.batch_execute("ROLLBACK").await.unwrap();
+        return;
+    }
+    run.wait_stderr(REPAIRED, WAIT);
+    let id: String = open.query_one(insert, &[]).await.unwrap().get(0);
+    open.batch_execute("COMMIT").await.unwrap();
+    ledger.push(id, "k".into());
+    every_event_once(broker, &db, &ledger, "a transaction open across the repair");
+    stop(run);
+}
