@@ -59,6 +59,27 @@ pub struct NotAuthorized {
 }
 
 impl NotAuthorized {
+    /// The refusal of `resource`, fixed by WRITE and DESCRIBE on `target` (the
+    /// `kafka-acls.sh` arguments naming it).
+    fn granting(
+        principal: String,
+        bootstrap: &str,
+        code: RDKafkaErrorCode,
+        reason: String,
+        (resource, target): (String, String),
+    ) -> Self {
+        let command = format!(
+            "kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal {principal} --operation Write --operation Describe {target}"
+        );
+        Self {
+            principal,
+            resource,
+            code,
+            reason,
+            command,
+        }
+    }
+
     /// A refusal with `code` on `topic` (`None`: a cluster-level refusal, e.g. of
     /// InitProducerId, which names no topic: the ACL offered then covers every
     /// topic starting with `prefix`, the topic template's fixed text), for the
@@ -84,16 +105,7 @@ impl NotAuthorized {
                 "--topic TOPIC (each topic the relay writes)".to_owned(),
             ),
         };
-        let command = format!(
-            "kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal {principal} --operation Write --operation Describe {target}"
-        );
-        Self {
-            principal,
-            resource,
-            code,
-            reason,
-            command,
-        }
+        Self::granting(principal, bootstrap, code, reason, (resource, target))
     }
 }
 
@@ -122,16 +134,7 @@ impl NotAuthorized {
                 "--topic TOPIC (each topic the relay writes, and the watermark topic)".to_owned(),
             )
         };
-        let command = format!(
-            "kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal {principal} --operation Write --operation Describe {target}"
-        );
-        Self {
-            principal,
-            resource,
-            code,
-            reason,
-            command,
-        }
+        Self::granting(principal, bootstrap, code, reason, (resource, target))
     }
 }
 
