@@ -133,6 +133,7 @@ async fn recreated_under_load(extra: &[&str], broker: &Broker, scenario: &str, d
     support::wait_for("200 events", WAIT, || {
         (ledger.lock().unwrap().len() >= 200).then_some(())
     });
+    let changed = std::time::Instant::now();
     db.psql(ddl);
     if stops_before_14(&db, &mut run) {
         stop_writing.store(true, Ordering::Relaxed);
@@ -140,6 +141,7 @@ async fn recreated_under_load(extra: &[&str], broker: &Broker, scenario: &str, d
         return;
     }
     run.wait_stderr(REPAIRED, WAIT);
+    let repaired_after = changed.elapsed();
     let after = ledger.lock().unwrap().len() + 200;
     support::wait_for("200 more events", WAIT, || {
         (ledger.lock().unwrap().len() >= after).then_some(())
@@ -153,7 +155,10 @@ async fn recreated_under_load(extra: &[&str], broker: &Broker, scenario: &str, d
         .find(|l| l.contains(REPAIRED))
         .map(str::to_owned)
         .unwrap_or_default();
-    eprintln!("{scenario}: {line} (writer statements failed during the drop: {failed})");
+    eprintln!(
+        "{scenario}: repaired {:.2} s after the DDL: {line} (writer statements failed during the drop: {failed})",
+        repaired_after.as_secs_f64()
+    );
     let ledger = ledger.lock().unwrap().clone();
     every_event_once(broker, &db, &ledger, scenario);
     assert!(
