@@ -54,17 +54,13 @@ const RECREATE: &str =
 /// Writes one-to-three-row transactions (keys k0..k4) until told to stop; a
 /// statement that fails (the table is being dropped) is retried, and only what
 /// committed is in the ledger, in commit order (one connection).
-fn writer(
+async fn writer(
     db: &TestDb<'_>,
     stop: Arc<AtomicBool>,
     ledger: Arc<Mutex<Ledger>>,
 ) -> tokio::task::JoinHandle<u64> {
-    let url = db.url();
+    let client = db.client().await;
     tokio::spawn(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
         let (mut n, mut failed) = (0u64, 0u64);
         while !stop.load(Ordering::Relaxed) {
             n += 1;
@@ -129,7 +125,7 @@ async fn recreated_under_load(extra: &[&str], broker: &Broker, scenario: &str, d
     run.wait_stderr("relaying outbox to kafka", WAIT);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop_writing = Arc::new(AtomicBool::new(false));
-    let writing = writer(&db, stop_writing.clone(), ledger.clone());
+    let writing = writer(&db, stop_writing.clone(), ledger.clone()).await;
     support::wait_for("200 events", WAIT, || {
         (ledger.lock().unwrap().len() >= 200).then_some(())
     });

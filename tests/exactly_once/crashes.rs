@@ -50,7 +50,7 @@ async fn crash_and_resume(scenario: &str, seed: u64, kills: usize, failpoint: Op
                 &[("PGOUTBOX_FAILPOINT", "before-kafka-commit:1")],
             );
             setter.wait_stderr("relaying outbox to kafka", WAIT);
-            writing = Some(writer(&db, seed + round as u64, stop.clone()));
+            writing = Some(writer(&db, seed + round as u64, stop.clone()).await);
             setter.wait_stderr("failpoint before-kafka-commit hit", WAIT);
             setter.wait_exit(WAIT);
         }
@@ -65,7 +65,10 @@ async fn crash_and_resume(scenario: &str, seed: u64, kills: usize, failpoint: Op
         if !at_start {
             relay.wait_stderr("relaying outbox to kafka", WAIT);
         }
-        let writing = writing.unwrap_or_else(|| writer(&db, seed + round as u64, stop.clone()));
+        let writing = match writing {
+            Some(writing) => writing,
+            None => writer(&db, seed + round as u64, stop.clone()).await,
+        };
         match failpoint {
             Some(step) => {
                 relay.wait_stderr(&format!("failpoint {step} hit"), WAIT);
@@ -245,12 +248,8 @@ async fn rows_and_messages_across_kill_9_arrive_once() {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let writing = {
-        let (ledger, stop, url) = (ledger.clone(), stop.clone(), db.url());
+        let (ledger, stop, client) = (ledger.clone(), stop.clone(), db.client().await);
         tokio::spawn(async move {
-            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(conn);
             let row = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
                        VALUES ('order', $1, 'Row', '{}') RETURNING id::text";
             let message = "SELECT outbox_emit_message('order', $1, 'Message', '{}')::text";

@@ -21,7 +21,7 @@ async fn a_broker_killed_mid_transaction_loses_and_repeats_nothing() {
     let mut relay = start_eos(&db, &broker, &["--transaction-interval", "1s"]);
     let mut ledger = Ledger::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let writing = writer(&db, 800, stop.clone());
+    let writing = writer(&db, 800, stop.clone()).await;
     // A transaction committed, and the open one holds 100 acked records or more.
     let open = || {
         let committed = metric_sum(&relay, "pgoutbox_kafka_transaction_records_total");

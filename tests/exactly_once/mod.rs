@@ -62,20 +62,20 @@ fn start_eos(db: &TestDb<'_>, broker: &Broker, extra: &[&str]) -> Pgoutbox {
     start_run(db, &broker.addr(), &args)
 }
 
-/// Write `transactions` transactions of up to 10 events on a fresh connection.
+/// The workload of these tests: transactions of up to 10 events over 10 keys,
+/// some rolled back.
+const WORKLOAD: Workload<'static> = Workload {
+    types: TYPES,
+    keys: 10,
+    max_rows: 10,
+    rollbacks: true,
+};
+
+/// Write `transactions` transactions of [`WORKLOAD`] on a fresh connection.
 async fn write(db: &TestDb<'_>, seed: u64, ledger: &mut Ledger, transactions: usize) {
-    let (client, conn) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = db.client().await;
     let mut rng = Rng::new(seed);
-    let workload = Workload {
-        types: TYPES,
-        keys: 10,
-        max_rows: 10,
-        rollbacks: true,
-    };
-    write_events(&client, &mut rng, ledger, &workload, transactions).await;
+    write_events(&client, &mut rng, ledger, &WORKLOAD, transactions).await;
 }
 
 /// Read until every committed event arrived (or the wait ends), settle, verify.
@@ -203,29 +203,19 @@ async fn large_rows_commit_by_the_byte_bound() {
     assert_exactly_once("exactly-once large rows", &verify(&ledger, &reader.records));
 }
 
-/// Writes transactions of up to 10 events until told to stop; returns what it
+/// Writes transactions of [`WORKLOAD`] until told to stop; returns what it
 /// committed.
-fn writer(
+async fn writer(
     db: &TestDb<'_>,
     seed: u64,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<Ledger> {
-    let url = db.url();
+    let client = db.client().await;
     tokio::spawn(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
         let mut rng = Rng::new(seed);
-        let workload = Workload {
-            types: TYPES,
-            keys: 10,
-            max_rows: 10,
-            rollbacks: true,
-        };
         let mut ledger = Ledger::default();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            write_events(&client, &mut rng, &mut ledger, &workload, 5).await;
+            write_events(&client, &mut rng, &mut ledger, &WORKLOAD, 5).await;
         }
         ledger
     })

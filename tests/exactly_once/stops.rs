@@ -91,32 +91,30 @@ fn replay_refuses_exactly_once_with_the_reason() {
     }
 }
 
+/// `pgoutbox run` with `extra` is refused as a usage error (exit 2) saying `why`.
+fn run_refused(db: &TestDb<'_>, extra: &[&str], why: &str) {
+    let mut relay = Pgoutbox::spawn(&run_args(db, "127.0.0.1:1", extra));
+    let status = relay.wait_exit(WAIT);
+    let stderr = relay.stderr();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(why), "{stderr}");
+}
+
 #[test]
 fn poll_mode_refuses_exactly_once_with_the_reason() {
     let db = PgCluster::shared().fresh_db();
     let args = eos_args(&db, &["--source", "poll"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut relay = Pgoutbox::spawn(&run_args(&db, "127.0.0.1:1", &args));
-    let status = relay.wait_exit(WAIT);
-    let stderr = relay.stderr();
-    assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--delivery exactly-once needs --source logical"),
-        "{stderr}"
-    );
+    run_refused(&db, &args, "--delivery exactly-once needs --source logical");
 }
 
 #[test]
 fn accept_watermark_reset_without_exactly_once_is_refused() {
     let db = PgCluster::shared().fresh_db();
-    let args = run_args(&db, "127.0.0.1:1", &["--accept-watermark-reset"]);
-    let mut relay = Pgoutbox::spawn(&args);
-    let status = relay.wait_exit(WAIT);
-    let stderr = relay.stderr();
-    assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--accept-watermark-reset applies only with --delivery exactly-once"),
-        "{stderr}"
+    run_refused(
+        &db,
+        &["--accept-watermark-reset"],
+        "--accept-watermark-reset applies only with --delivery exactly-once",
     );
 }
 
