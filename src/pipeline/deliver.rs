@@ -436,6 +436,15 @@ impl<'a> Deliverer<'a> {
         unit: Unit,
         size: usize,
     ) -> Result<(), PipelineError> {
+        // The broker refused a row of an idempotent producer, and librdkafka
+        // stopped the producer rather than deliver the records behind it
+        // (`enable.gapless.guarantee`): no dead letter can go out through it. The
+        // row is noted, the session ends, and the next one, with a new producer,
+        // meets the row as poison before it is sent (as exactly-once does).
+        if sink.stopped() && record::is_poison_refusal(self.cfg, &err) {
+            self.cfg.refusals.note(&err);
+            return Err(PipelineError::RedoWithNewProducer(Box::new(err)));
+        }
         let commit_ms = unix_ms(self.tracker.commit_time(unit)?);
         let Some((record, mut invalid)) = record::refused_row(self.cfg, &err, size, commit_ms)
         else {

@@ -91,6 +91,13 @@ pub enum PipelineError {
     /// watermark, the row then handled by `--on-invalid too-large=…`.
     #[error("{0}; the open kafka transaction is aborted and redone from the newest committed watermark, with this row handled by --on-invalid too-large")]
     RedoWithoutRow(Box<crate::kafka::producer::DeliveryError>),
+    /// At-least-once: the broker refused a row for its size and librdkafka stopped
+    /// the producer rather than deliver the records behind it
+    /// (`enable.gapless.guarantee`): no dead letter can go out through it. The
+    /// session resumes from the slot with a new producer, which meets the row as
+    /// poison (`--on-invalid too-large=…`) before it is sent.
+    #[error("{0}; the producer stopped rather than deliver the records behind this row, so the session resumes from the slot with a new producer, with this row handled by --on-invalid too-large")]
+    RedoWithNewProducer(Box<crate::kafka::producer::DeliveryError>),
     /// Exactly-once: the watermark could not be read or written.
     #[error(transparent)]
     Watermark(#[from] crate::kafka::watermark::WatermarkError),
@@ -107,7 +114,7 @@ impl PipelineError {
             PipelineError::StreamClosed => true,
             PipelineError::Delivery(e) => !e.permanent,
             PipelineError::Stalled(_) => true,
-            PipelineError::RedoWithoutRow(_) => true,
+            PipelineError::RedoWithoutRow(_) | PipelineError::RedoWithNewProducer(_) => true,
             PipelineError::Watch(e) => e.is_transient(),
             PipelineError::Transaction(e) => !matches!(
                 e,

@@ -1,15 +1,17 @@
-//! Exactly-once: rows the broker refused for their size inside a Kafka transaction
-//! ([`Refusals`]).
+//! Rows the broker refused for their size where the refusal could not be answered
+//! in place ([`Refusals`]).
 //!
-//! In at-least-once mode such a refusal is handled where its report arrives: the
-//! row turns poison and `--on-invalid too-large=…` decides. In a Kafka transaction
-//! that is too late — librdkafka makes the whole transaction abortable after a
-//! permanent produce error — so the session notes the refused row here and ends;
-//! the next session aborts the transaction (`init_transactions`), resumes after the
-//! newest committed watermark, and the deliverer finds the row here before it is
-//! handed over: it is then poison up front, exactly as a row librdkafka refuses by
-//! `message.max.bytes`, and its dead letter (if any) goes into the redo's Kafka
-//! transaction.
+//! An at-least-once refusal is normally handled where its report arrives: the row
+//! turns poison and `--on-invalid too-large=…` decides. That is too late in two
+//! cases: inside a Kafka transaction (exactly-once) librdkafka makes the whole
+//! transaction abortable after a permanent produce error; and an idempotent
+//! producer with `enable.gapless.guarantee` (the relay's default, see
+//! [`crate::kafka::config`]) is stopped by librdkafka, so no dead letter can go
+//! out through it. Either way the session notes the refused row here and ends; the
+//! next session resumes (after the newest committed watermark, or from the slot
+//! with a new producer), and the deliverer finds the row here before it is handed
+//! over: it is then poison up front, exactly as a row librdkafka refuses by
+//! `message.max.bytes`, and its dead letter (if any) goes out in the redo.
 //!
 //! Invariants: shared by every session of one relay (a clone shares the set); a
 //! row is known by its topic and event id; an entry stays for the process's life,

@@ -14,10 +14,21 @@ use crate::outbox::record::KafkaRecord;
 pub trait Sink {
     /// Hand one record over; see [`KafkaSink::send`].
     fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError>;
+
+    /// Whether the sink stopped taking records for good (librdkafka's fatal
+    /// error): a refusal reported now cannot be answered with a dead letter through
+    /// it, and records after the refused one were not delivered either.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 impl Sink for KafkaSink {
     fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
         KafkaSink::send(self, record, tag)
+    }
+
+    fn stopped(&self) -> bool {
+        self.fatal_error().is_some()
     }
 }

@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use rdkafka::error::RDKafkaErrorCode;
+
 use super::RunError;
 use crate::kafka::producer::{is_fence, is_permanent, KafkaSink, TxnError};
 use crate::metrics::{Metrics, Role};
@@ -182,9 +184,30 @@ fn renew_producer(sink: &mut KafkaSink, err: &RunError) -> Result<bool, RunError
     if is_permanent(code) {
         return Err(RunError::ProducerFatal { code, reason });
     }
+    // librdkafka stopped the producer rather than deliver past a record the broker
+    // failed for good (`enable.gapless.guarantee`). When the session's own error
+    // says that failure is definite (e.g. the topic's WRITE was refused), a new
+    // producer would meet it again: the caller stops with it. Otherwise (an epoch
+    // the broker no longer takes, a size refusal to redo as poison, a send refused
+    // because the producer had already stopped) a new producer goes on.
+    if code == RDKafkaErrorCode::GaplessGuarantee && !err.is_transient() && !stopped_sending(err) {
+        return Ok(false);
+    }
     tracing::warn!(code = ?code, reason = %reason, "kafka producer hit a fatal error; replacing it and resuming from the slot");
     sink.renew()?;
     Ok(true)
+}
+
+/// Whether a session ended on a record the producer refused only because it had
+/// already stopped (librdkafka's `_FATAL`), not for anything of its own.
+fn stopped_sending(err: &RunError) -> bool {
+    match err {
+        RunError::Pipeline(PipelineError::Delivery(e))
+        | RunError::Poll(crate::poll::PollError::Pipeline(PipelineError::Delivery(e))) => {
+            e.code == RDKafkaErrorCode::Fatal
+        }
+        _ => false,
+    }
 }
 
 /// Whether a session ended because its oldest record got no ack within

@@ -119,6 +119,10 @@ impl ClientContext for Context {
     /// with every reconnect) go through the outage log, per facility.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         let message = self.scrubber.scrub(message);
+        if is_own_setting_notice(facility, &message) {
+            tracing::debug!(target: "librdkafka", facility, "{message}");
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -134,6 +138,13 @@ impl ClientContext for Context {
             RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility, "{message}"),
         }
     }
+}
+
+/// librdkafka's warning that a property is experimental, for one the relay sets
+/// itself on purpose (`enable.gapless.guarantee`, see [`crate::kafka::config`]):
+/// not the operator's concern, and not a client error.
+fn is_own_setting_notice(facility: &str, message: &str) -> bool {
+    facility == "CONFWARN" && message.contains("enable.gapless.guarantee is experimental")
 }
 
 impl ProducerContext for Context {

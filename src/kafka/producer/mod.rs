@@ -74,7 +74,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::producer::{BaseProducer, Producer, PurgeConfig};
 use rdkafka::ClientConfig;
 use tokio::sync::mpsc;
 
@@ -263,6 +263,11 @@ impl KafkaSink {
         )?;
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = polled.clone();
         let old = std::mem::replace(&mut self.polled, polled);
+        // Nothing the old producer holds may reach the broker once the new one
+        // resends from the slot (a stalled one still retries): purge now, before
+        // the caller produces anything; its reports are discarded anyway.
+        old.producer
+            .purge(PurgeConfig::default().queue().inflight());
         self.deliveries = deliveries;
         self.reports = reports;
         self.held.clear();

@@ -128,6 +128,8 @@ pub struct Reader {
     rereads: u64,
     /// Waits that timed out and went to their last chance.
     pub stalls: u32,
+    /// Errors the consumer reported (and recovered from, or the wait timed out).
+    pub errors: u32,
 }
 
 impl Reader {
@@ -177,6 +179,7 @@ impl Reader {
             gaps: Vec::new(),
             rereads: 0,
             stalls: 0,
+            errors: 0,
         }
     }
 
@@ -224,8 +227,9 @@ impl Reader {
     ) {
         if !self.try_read_until(timeout, done) {
             panic!(
-                "timed out after {timeout:?} waiting for {what}; have {} records",
-                self.records.len()
+                "timed out after {timeout:?} waiting for {what}; have {} records ({} consumer errors)",
+                self.records.len(),
+                self.errors
             );
         }
     }
@@ -366,7 +370,20 @@ impl Reader {
             return false;
         };
         {
-            let m = result.expect("consume");
+            // A consumer error is librdkafka's news (a broker connection lost, a
+            // partition's leader moving, a topic not yet known), not a lost record:
+            // it goes on retrying by itself. Said, counted, and read on (the wait's
+            // own timeout bounds a consumer that never recovers).
+            let m = match result {
+                Ok(m) => m,
+                Err(err) => {
+                    self.errors += 1;
+                    if self.errors <= 5 {
+                        eprintln!("reader: consumer error (reading on): {err}");
+                    }
+                    return false;
+                }
+            };
             let position = self
                 .positions
                 .entry((m.topic().to_owned(), m.partition()))

@@ -47,6 +47,8 @@ const RECORD_SIZE: usize = 1 + 2 + 18;
 struct VecSink {
     sent: Vec<(KafkaRecord, usize)>,
     answers: VecDeque<SendError>,
+    /// What [`Sink::stopped`] says (librdkafka's fatal error).
+    stopped: bool,
 }
 
 impl Sink for VecSink {
@@ -58,6 +60,10 @@ impl Sink for VecSink {
                 Ok(())
             }
         }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
     }
 }
 

@@ -169,6 +169,44 @@ fn a_size_refusal_by_the_broker_becomes_a_dead_letter_before_the_row_counts_done
     assert!(matches!(err, PipelineError::Delivery(_)), "{err:?}");
 }
 
+/// With the producer stopped by librdkafka (the gapless guarantee) a broker size
+/// refusal cannot be dead-lettered through it: the row is noted and the session
+/// ends to be redone with a new producer, where the row is poison before it is
+/// sent — its dead letter goes out in its transaction's place.
+#[test]
+fn a_broker_size_refusal_by_a_stopped_producer_is_redone_with_the_row_poison() {
+    let cfg = PipelineConfig {
+        invalid: policy("too-large=dlq"),
+        ..config()
+    };
+    let mut h = Harness::new(&cfg);
+    h.txn(&["a1", "a2"], 0x100);
+    h.sink.stopped = true;
+    let err = h
+        .deliver(tag(0), Err(too_large("outbox.event.order", "a1", None)))
+        .unwrap_err();
+    assert!(
+        matches!(err, PipelineError::RedoWithNewProducer(_)),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    assert_eq!(
+        h.ids(),
+        ["a1", "a2"],
+        "no dead letter through a stopped producer"
+    );
+    assert_eq!(h.relay.confirmed(), Lsn(0));
+
+    // The redo: a new session (and sink) with the same configuration.
+    let mut redo = Harness::new(&cfg);
+    redo.txn(&["a1", "a2"], 0x100);
+    assert_eq!(redo.ids(), ["a1", "a2"]);
+    assert_eq!(redo.sink.sent[0].0.topic, "dead", "a1 is poison up front");
+    redo.ack(0);
+    redo.ack(1);
+    assert_eq!(redo.relay.confirmed(), Lsn(0x100));
+}
+
 #[test]
 fn rows_of_a_table_that_lost_a_mapped_column_are_missing_column_poison() {
     let cfg = PipelineConfig {
