@@ -11,6 +11,12 @@
 #   start-kafka.sh ready <host:port> [seconds]
 #                                           wait until a broker there answers a Metadata
 #                                           request with at least one broker (default 120 s)
+#   start-kafka.sh consume <host:port> <topic> <read_committed|read_uncommitted> [idle-seconds]
+#                                           read the topic from the beginning with Apache
+#                                           Kafka's own Java consumer (a reader independent
+#                                           of librdkafka's), one line per record:
+#                                           Partition:p<TAB>Offset:o<TAB>headers<TAB>key; ends
+#                                           after idle-seconds (default 30) without a record
 #
 # The first start in <datadir> writes <datadir>/server.properties and formats
 # <datadir>/data; a later start reuses both, so a node killed and started again keeps
@@ -33,7 +39,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 die() { echo "start-kafka: $*" >&2; exit 1; }
-usage() { sed -n '3,14p' "$0" >&2; exit 2; }
+usage() { sed -n '3,20p' "$0" >&2; exit 2; }
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -138,9 +144,26 @@ jvm() {
     -cp "$libs/*" kafka.Kafka "$datadir/server.properties"
 }
 
+# consume HOST:PORT TOPIC ISOLATION IDLE: kafka-console-consumer's class, headers only.
+consume() {
+  local libs
+  libs="${KAFKA_DIR:-$("$here/install-kafka.sh")}/libs"
+  [[ "$3" == read_committed || "$3" == read_uncommitted ]] || die "isolation must be read_committed or read_uncommitted, not '$3'"
+  exec java -Xms64m -Xmx512m -cp "$libs/*" -Dlog4j2.level=warn \
+    org.apache.kafka.tools.consumer.ConsoleConsumer \
+    --bootstrap-server "$1" --topic "$2" --from-beginning \
+    --isolation-level "$3" --timeout-ms "$(( ${4:-30} * 1000 ))" \
+    --consumer-property "group.id=start-kafka-consume-$$" \
+    --consumer-property enable.auto.commit=false \
+    --property print.partition=true \
+    --property print.offset=true --property print.headers=true \
+    --property print.key=true --property print.value=false
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   ready) [[ $# -ge 1 ]] || usage; ready "$1" "${2:-120}"; exit ;;
+  consume) [[ $# -ge 3 ]] || usage; consume "$@" ;;
   run|start|stop) ;;
   *) usage ;;
 esac

@@ -89,7 +89,7 @@ async fn crash_and_resume(scenario: &str, seed: u64, kills: usize, failpoint: Op
     write(&db, seed + 1_000, &mut ledger, 20).await;
     let end = current_lsn(&db);
     wait_confirmed(&db, end, &relay, WAIT * 2);
-    let (verdict, _) = read_all(broker, &db, &ledger);
+    let verdict = read_all(broker, &db, &ledger);
     eprintln!("{scenario}: {kills} crashes ({hit} at the failpoint)");
     assert_exactly_once(scenario, &verdict);
     if failpoint.is_some() {
@@ -220,7 +220,7 @@ async fn a_zombie_relay_is_fenced_and_nothing_it_wrote_is_visible() {
     write(&db, 702, &mut ledger, 10).await;
     let end = current_lsn(&db);
     wait_confirmed(&db, end, &successor, WAIT * 2);
-    let (verdict, _) = read_all(broker, &db, &ledger);
+    let verdict = read_all(broker, &db, &ledger);
     assert_exactly_once("exactly-once zombie", &verdict);
 }
 

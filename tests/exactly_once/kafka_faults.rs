@@ -55,7 +55,7 @@ async fn a_broker_killed_mid_transaction_loses_and_repeats_nothing() {
     let failed = metric_sum(&relay, "pgoutbox_kafka_transactions_failed_total");
     let commits = metric_sum(&relay, "pgoutbox_kafka_transactions_committed_total");
     eprintln!("broker outage: {commits} Kafka transactions committed, {failed} failed");
-    let (verdict, _) = read_all(&broker, &db, &ledger);
+    let verdict = read_all(&broker, &db, &ledger);
     assert_exactly_once("exactly-once broker outage", &verdict);
     relay.signal("TERM");
     relay.wait_exit(WAIT);
@@ -193,7 +193,7 @@ async fn slow_kafka_transactions_do_not_trip_a_two_second_wal_sender_timeout() {
     assert_eq!(walsender(), pid, "the walsender was replaced\n{log}");
     assert!(!log.contains("interrupted"), "{log}");
     broker.proxy().latency(Duration::ZERO);
-    let (verdict, _) = read_all(&broker, &db, &ledger);
+    let verdict = read_all(&broker, &db, &ledger);
     assert_exactly_once("slow kafka transactions", &verdict);
     relay.signal("TERM");
     relay.wait_exit(WAIT);

@@ -21,7 +21,7 @@ use crate::support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use support::kafka::{Broker, Reader};
+use support::kafka::{java_reader, Broker, Reader};
 use support::verify::{verify, Ledger, Verdict};
 use support::workload::{
     current_lsn, run_args, start_run, topics, wait_confirmed, write_events, Workload,
@@ -79,7 +79,15 @@ async fn write(db: &TestDb<'_>, seed: u64, ledger: &mut Ledger, transactions: us
 }
 
 /// Read until every committed event arrived (or the wait ends), settle, verify.
-fn read_all(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger) -> (Verdict, Reader) {
+///
+/// librdkafka's `read_committed` consumer was seen to crawl past hundreds of
+/// aborted Kafka transactions (the long form's 200 crashes: stalled at 430,880 of
+/// 1,236,665 events, a fresh consumer at that position slow too). When it falls
+/// short, Apache Kafka's own Java consumer reads the topics with `read_committed`
+/// as well ([`java_reader`]), and its records decide: the property under test is
+/// what the topics hold for a `read_committed` consumer, not one client's speed.
+/// Both counts are printed, so a client stall stays visible.
+fn read_all(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger) -> Verdict {
     let ids: HashSet<&str> = ledger.committed.iter().map(|(id, _)| id.as_str()).collect();
     let mut reader = Reader::new(&broker.addr(), &topics(db, TYPES));
     // Large runs (the long form's 200 rounds write ~500,000 events) take longer to
@@ -94,7 +102,35 @@ fn read_all(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger) -> (Verdict, Read
     }
     // Anything sent twice would arrive right behind: give it time to show.
     reader.settle(Duration::from_secs(2));
-    (verify(ledger, &reader.records), reader)
+    let verdict = verify(ledger, &reader.records);
+    if verdict.lost == 0 {
+        return verdict;
+    }
+    let started = std::time::Instant::now();
+    let java = java_read_committed(broker, db, 30);
+    let second = verify(ledger, &java);
+    eprintln!(
+        "librdkafka's read_committed reader fell short: {} records, {} stalls, {verdict:?}; \
+         Apache Kafka's Java consumer (read_committed) read {} records in {:?}: {second:?}",
+        reader.records.len(),
+        reader.stalls,
+        java.len(),
+        started.elapsed()
+    );
+    second
+}
+
+/// `db`'s event topics as Apache Kafka's Java consumer reads them with
+/// `read_committed`, each until `idle_secs` pass without a record.
+fn java_read_committed(
+    broker: &Broker,
+    db: &TestDb<'_>,
+    idle_secs: u32,
+) -> Vec<support::kafka::Consumed> {
+    topics(db, TYPES)
+        .iter()
+        .flat_map(|t| java_reader::read(&broker.addr(), t, "read_committed", idle_secs))
+        .collect()
 }
 
 fn assert_exactly_once(scenario: &str, verdict: &Verdict) {
@@ -147,8 +183,14 @@ async fn every_event_arrives_once_and_the_watermark_follows_the_stream() {
     write(&db, 7, &mut ledger, 300).await;
     let end = current_lsn(&db);
     wait_confirmed(&db, end, &relay, WAIT);
-    let (verdict, _) = read_all(broker, &db, &ledger);
+    let verdict = read_all(broker, &db, &ledger);
     assert_exactly_once("exactly-once", &verdict);
+    // The second opinion `read_all` falls back on agrees with librdkafka's reader.
+    let java = java_read_committed(broker, &db, 10);
+    assert_exactly_once(
+        "exactly-once, Apache Kafka's Java consumer",
+        &verify(&ledger, &java),
+    );
 
     let marks = watermarks(broker, &db);
     let system_id = db.psql("SELECT system_identifier FROM pg_control_system()");

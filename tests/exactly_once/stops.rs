@@ -276,7 +276,7 @@ async fn after_a_promotion_a_watermark_past_the_branch_point_stops_the_relay() {
         WAIT,
     );
     wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
-    let (verdict, _) = read_all(broker, &db, &ledger);
+    let verdict = read_all(broker, &db, &ledger);
     assert_exactly_once("across a promotion", &verdict);
     relay.signal("TERM");
     relay.wait_exit(WAIT);
@@ -355,7 +355,7 @@ async fn a_deleted_watermark_topic_stops_the_relay_until_the_reset_is_accepted()
     assert!(relay.stderr().contains("--accept-watermark-reset"));
     write(&db, 32, &mut ledger, 20).await;
     wait_confirmed(&db, current_lsn(&db), &relay, WAIT);
-    let (verdict, _) = read_all(broker, &db, &ledger);
+    let verdict = read_all(broker, &db, &ledger);
     assert_exactly_once("after an accepted watermark reset", &verdict);
     relay.signal("TERM");
     relay.wait_exit(WAIT);
