@@ -17,8 +17,9 @@
 //! - `message.max.bytes=1048588`, the broker's default: every record a default
 //!   broker accepts leaves the relay (librdkafka's own 1,000,000 refused some).
 //! - Users may override anything with `--kafka-option`, except that turning
-//!   idempotence or the gapless guarantee off, or weakening acks, is refused: it would break the per-key order and
-//!   "acked = durable" promises the LSN confirmation rests on.
+//!   idempotence or the gapless guarantee off, or weakening acks, is refused: it
+//!   would break the per-key order and "acked = durable" promises the LSN
+//!   confirmation rests on.
 //! - The value of a secret setting ([`is_secret`]: `sasl.password`, `*.password`,
 //!   `ssl.key.pem`, `*secret*`, …) lives only in a [`Secret`]: `Debug` and
 //!   [`KafkaOptions::redacted`] print `[redacted]`, and [`Scrubber`] removes it from

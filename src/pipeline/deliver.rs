@@ -440,8 +440,13 @@ impl<'a> Deliverer<'a> {
         // stopped the producer rather than deliver the records behind it
         // (`enable.gapless.guarantee`): no dead letter can go out through it. The
         // row is noted, the session ends, and the next one, with a new producer,
-        // meets the row as poison before it is sent (as exactly-once does).
+        // meets the row as poison before it is sent (as exactly-once does). A
+        // replay cannot redo: it lists the row as failed, like every record the
+        // stopped producer does not take after it.
         if sink.stopped() && record::is_poison_refusal(self.cfg, &err) {
+            if self.on_failure == OnFailure::List {
+                return Err(err.into());
+            }
             self.cfg.refusals.note(&err);
             return Err(PipelineError::RedoWithNewProducer(Box::new(err)));
         }
@@ -509,6 +514,7 @@ mod tests {
     struct VecSink {
         sent: Vec<(KafkaRecord, usize)>,
         refuse: Option<DeliveryError>,
+        stopped: bool,
     }
 
     impl Sink for VecSink {
@@ -520,6 +526,10 @@ mod tests {
                     Ok(())
                 }
             }
+        }
+
+        fn stopped(&self) -> bool {
+            self.stopped
         }
     }
 
@@ -586,6 +596,30 @@ mod tests {
             result,
             in_kafka: None,
         }
+    }
+
+    /// A replay cannot redo a broker size refusal by a producer librdkafka
+    /// stopped (the gapless guarantee), nor dead-letter through it: the row is
+    /// listed as failed, and nothing is noted for a redo.
+    #[test]
+    fn a_replay_lists_a_broker_size_refusal_of_a_stopped_producer() {
+        let cfg = config("dlq");
+        let (mut d, mut sink) = (replay(&cfg), VecSink::default());
+        let unit = d.begin(0);
+        d.send(&mut sink, record("e1"), unit, at()).unwrap();
+        d.commit(unit, Lsn::INVALID).unwrap();
+        sink.stopped = true;
+        let tag = sink.sent[0].1;
+        let refused = refusal(RDKafkaErrorCode::MessageSizeTooLarge, "t");
+        d.on_delivery(&mut sink, report(tag, Err(refused))).unwrap();
+        assert_eq!(
+            sink.sent.len(),
+            1,
+            "no dead letter through a stopped producer"
+        );
+        assert_eq!(d.failed().len(), 1);
+        assert!(cfg.refusals.of(&record("e1")).is_none());
+        assert_eq!(d.tracker().in_flight_records(), 0);
     }
 
     #[test]
