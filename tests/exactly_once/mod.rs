@@ -78,6 +78,10 @@ async fn write(db: &TestDb<'_>, seed: u64, ledger: &mut Ledger, transactions: us
     write_events(&client, &mut rng, ledger, &WORKLOAD, transactions).await;
 }
 
+/// How long [`read_all`]'s librdkafka reader may go on reading before Apache
+/// Kafka's Java consumer is asked instead.
+const LIBRDKAFKA_READ: Duration = Duration::from_secs(300);
+
 /// Read until every committed event arrived (or the wait ends), settle, verify.
 ///
 /// librdkafka's `read_committed` consumer was seen to crawl past hundreds of
@@ -91,12 +95,14 @@ fn read_all(broker: &Broker, db: &TestDb<'_>, ledger: &Ledger) -> Verdict {
     let ids: HashSet<&str> = ledger.committed.iter().map(|(id, _)| id.as_str()).collect();
     let mut reader = Reader::new(&broker.addr(), &topics(db, TYPES));
     // Large runs (the long form's 200 rounds write ~500,000 events) take longer to
-    // read than one wait: go on while records keep arriving.
-    let mut before = 0;
+    // read than one wait: go on while records keep arriving, for at most
+    // LIBRDKAFKA_READ (a crawl of a few hundred records a wait would go on for hours).
+    let (mut before, started) = (0, std::time::Instant::now());
     while !reader.try_read_until(WAIT, |records| {
         let got: HashSet<String> = records.iter().map(|r| r.id()).collect();
         ids.iter().all(|id| got.contains(*id))
     }) && reader.records.len() > before
+        && started.elapsed() < LIBRDKAFKA_READ
     {
         before = reader.records.len();
     }
