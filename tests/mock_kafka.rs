@@ -33,7 +33,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use support::kafka::{Consumed, Reader};
-use support::verify::{verify, Ledger};
+use support::verify::{verify, Ledger, Verdict};
 use support::workload::{metric_in, metrics};
 use support::{PgCluster, Pgoutbox, WAIT};
 
@@ -493,16 +493,17 @@ fn events_sql(ns: std::ops::Range<usize>, ledger: &mut Ledger) -> String {
     sql
 }
 
-/// The relay against the mock cluster: OUT_OF_ORDER_SEQUENCE_NUMBER is injected
-/// again and again; each time the relay must replace its producer and resume from
-/// the slot instead of exiting, and every committed event must arrive.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
+/// The relay against the mock cluster, 100 events first, then `ROUNDS` rounds of
+/// `error` injected twice on Produce and 100 more events, each round read back in
+/// full while the relay keeps running; then its stderr and the verdict (a key's
+/// events in commit order, nothing lost), and a clean SIGTERM.
+async fn relay_through_injected(error: RDKafkaRespErr, extra: &[&str]) -> (String, Verdict) {
+    const ROUNDS: usize = 3;
     let db = PgCluster::shared().fresh_db();
     let topic = format!("{}.order", db.name);
     let mock = MockCluster::new(BROKERS).expect("mock cluster");
     mock.create_topic(&topic, PARTITIONS, BROKERS).unwrap();
-    let mut relay = spawn_relay(&db, &mock, &[]);
+    let mut relay = spawn_relay(&db, &mock, extra);
     let client = db.client().await;
     let mut ledger = Ledger::default();
     client
@@ -511,13 +512,8 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
         .unwrap();
     let mut reader = Reader::new(&mock.bootstrap_servers(), std::slice::from_ref(&topic));
     reader.read_until("the first 100 records", WAIT, |r| r.len() >= 100);
-
-    let rounds = 3;
-    for round in 1..=rounds {
-        mock.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 2],
-        );
+    for round in 1..=ROUNDS {
+        mock.request_errors(RDKafkaApiKey::Produce, &[error; 2]);
         let first = 100 * round;
         client
             .batch_execute(&events_sql(first..first + 100, &mut ledger))
@@ -547,16 +543,26 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
     }
     reader.settle(Duration::from_secs(1));
     let verdict = verify(&ledger, &reader.records);
-    let renewals = relay.stderr().matches("replacing it").count();
-    eprintln!("relay + fatal producer errors: {verdict:?}; producer replaced {renewals} times");
+    eprintln!("relay + {error:?}: {verdict:?}");
     verdict.assert_no_loss();
-    assert!(
-        renewals >= rounds,
-        "each round must replace the producer:\n{}",
-        relay.stderr()
-    );
     relay.signal("TERM");
     assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
+    (relay.stderr(), verdict)
+}
+
+/// The relay against the mock cluster: OUT_OF_ORDER_SEQUENCE_NUMBER is injected
+/// again and again; each time the relay must replace its producer and resume from
+/// the slot instead of exiting, and every committed event must arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
+    let error = RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    let (stderr, _) = relay_through_injected(error, &[]).await;
+    let renewals = stderr.matches("replacing it").count();
+    eprintln!("producer replaced {renewals} times");
+    assert!(
+        renewals >= 3,
+        "each round must replace the producer:\n{stderr}"
+    );
 }
 
 /// A record librdkafka fails for good while later ones of its partition wait
@@ -564,7 +570,8 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
 /// `enable.gapless.guarantee` librdkafka bumps its epoch and delivers the later
 /// records, and the relay's resend from the slot puts the failed one after them —
 /// a key's events out of commit order (seen once on Apache Kafka after a 10 s
-/// outage: reordered 2, duplicated 140). The relay must keep every key in order.
+/// outage: reordered 2, duplicated 140; here, without the setting: reordered 9 of
+/// 400). The relay must keep every key in order.
 ///
 /// One request in flight (`max.in.flight=1`): the mock keeps no sequence state,
 /// so a request already in flight behind the failed one would be taken where
@@ -572,60 +579,15 @@ async fn relay_replaces_a_producer_hit_by_a_fatal_error() {
 /// sees what a broker would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_failed_for_good_never_lets_later_ones_of_its_key_overtake_it() {
-    let db = PgCluster::shared().fresh_db();
-    let topic = format!("{}.order", db.name);
-    let mock = MockCluster::new(BROKERS).expect("mock cluster");
-    mock.create_topic(&topic, PARTITIONS, BROKERS).unwrap();
-    let mut relay = spawn_relay(
-        &db,
-        &mock,
-        &[
-            "--kafka-option",
-            "max.in.flight=1",
-            "--kafka-option",
-            "batch.num.messages=5",
-        ],
-    );
-    let client = db.client().await;
-    let mut ledger = Ledger::default();
-    client
-        .batch_execute(&events_sql(0..100, &mut ledger))
-        .await
-        .unwrap();
-    let mut reader = Reader::new(&mock.bootstrap_servers(), std::slice::from_ref(&topic));
-    reader.read_until("the first 100 records", WAIT, |r| r.len() >= 100);
-    for round in 1..=3 {
-        mock.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH; 2],
-        );
-        let first = 100 * round;
-        client
-            .batch_execute(&events_sql(first..first + 100, &mut ledger))
-            .await
-            .unwrap();
-        let ids: HashSet<String> = ledger.committed.iter().map(|(id, _)| id.clone()).collect();
-        let complete = reader.try_read_until(WAIT, |r| {
-            let got: HashSet<String> = r.iter().map(|c| c.id()).collect();
-            ids.is_subset(&got)
-        });
-        assert!(
-            complete,
-            "round {round}: not every event arrived; relay:\n{}",
-            relay.stderr()
-        );
-    }
-    reader.settle(Duration::from_secs(1));
-    let verdict = verify(&ledger, &reader.records);
-    eprintln!("relay + records failed for good: {verdict:?}");
-    verdict.assert_no_loss();
-    assert!(
-        relay.child.try_wait().unwrap().is_none(),
-        "the relay exited:\n{}",
-        relay.stderr()
-    );
-    relay.signal("TERM");
-    assert!(relay.wait_exit(WAIT).success(), "{}", relay.stderr());
+    let extra = [
+        "--kafka-option",
+        "max.in.flight=1",
+        "--kafka-option",
+        "batch.num.messages=5",
+    ];
+    let error = RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+    let (_, verdict) = relay_through_injected(error, &extra).await;
+    assert_eq!(verdict.reordered, 0, "{verdict:?}");
 }
 
 /// With every ack 300 ms away the relay's in-flight cap is what bounds the work
