@@ -18,6 +18,7 @@
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -111,7 +112,17 @@ impl Broker {
             Kind::Kafka => "kafka",
             Kind::Tansu => "tansu",
         };
-        let datadir = format!("/tmp/pgoutbox-test-{tag}-{}-{backend}", std::process::id());
+        // Unique for the process's life: a port is free again once its broker is
+        // gone, and a later broker given the same port must not find that one's
+        // data (Apache Kafka reuses a formatted directory and its configuration:
+        // a single node started on a dead cluster node's directory waited for its
+        // quorum, "did not serve metadata within 180 s").
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let datadir = format!(
+            "/tmp/pgoutbox-test-{tag}-{}-{n}-{backend}",
+            std::process::id()
+        );
         on_exit(&format!("rm -rf {datadir}"));
         let broker = Broker {
             kind,
@@ -288,6 +299,8 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.proxy.down();
         self.kill();
+        // Its data is of no use to anyone now (a long test run starts dozens).
+        let _ = std::fs::remove_dir_all(&self.datadir);
     }
 }
 
