@@ -25,6 +25,7 @@ mod exactly_once;
 mod failover;
 mod failover_slots;
 mod faults;
+mod first_writes;
 mod heartbeat;
 mod keepalive;
 mod layouts;

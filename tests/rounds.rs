@@ -3,29 +3,38 @@
 //! together once those are reported, in order; a record of [`HOLD_BELOW`] bytes or
 //! more is never held; a held record's refusal comes back as its delivery; a renewed
 //! producer abandons what was held. Slow acks come from librdkafka's mock cluster
-//! (fault injection); "no broker" is a port nothing listens on, so nothing is ever
-//! acked and the counts are exact.
+//! (fault injection), and so do acks that never come (an hour's round trip), so the
+//! counts are exact.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pgoutbox::kafka::config::{producer_config, KafkaOptions};
 use pgoutbox::kafka::producer::{KafkaSink, SendError, HELD_MAX, HOLD_BELOW, ROUND_AT};
-use pgoutbox::metrics::Metrics;
 use support::verify::verify;
 
-use crate::mock_kafka::{ledger, mock, next, read_back, record, sink, BROKERS};
+use crate::mock_kafka::{ledger, mock, next, read_back, record, sink, Mock, BROKERS};
 use crate::support;
 
-/// A sink with rounds on whose records are never acked (nothing listens on port 1).
-fn unacked_sink(options: &[&str]) -> KafkaSink {
-    let options = KafkaOptions::parse(options).expect("options");
-    let config = producer_config("127.0.0.1:1", &options).expect("config");
-    let mut sink = KafkaSink::new(&config, Arc::new(Metrics::default())).expect("producer");
+/// A sink with rounds on whose records are from now on never acked: its
+/// producer's first write to the topic (which goes alone, `first_writes`) is made
+/// and acked first, then the mock's brokers answer after an hour, so the counts
+/// are exact. Keep the mock until the sink is dropped.
+async fn unacked_sink(options: &[(&str, &str)]) -> (Mock, KafkaSink) {
+    let mock = mock();
+    let mut sink = sink(&mock, options);
+    sink.send(&record(FIRST), FIRST).expect("the first write");
+    let first = next(&mut sink).await;
+    assert!(first.result.is_ok(), "the first write: {:?}", first.result);
+    for broker in 1..=BROKERS {
+        mock.broker_round_trip_time(broker, Duration::from_secs(3600))
+            .unwrap();
+    }
     sink.hold_rounds(true);
-    sink
+    (mock, sink)
 }
+
+/// The tag of [`unacked_sink`]'s first write.
+const FIRST: usize = 1_000_000;
 
 /// Records `0..n` sent; each must be taken.
 fn send(sink: &mut KafkaSink, ns: std::ops::Range<usize>) {
@@ -51,6 +60,9 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
     }
     let mut sink = sink(&mock, &[]);
     sink.hold_rounds(true);
+    // The producer's first write to the topic goes alone (`first_writes`).
+    sink.send(&record(FIRST), FIRST).expect("the first write");
+    assert!(next(&mut sink).await.result.is_ok(), "the first write");
     let total = 300;
     assert!(total - ROUND_AT <= HELD_MAX);
     send(&mut sink, 0..ROUND_AT);
@@ -82,7 +94,10 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
     for broker in 1..=BROKERS {
         mock.broker_round_trip_time(broker, Duration::ZERO).unwrap();
     }
-    let verdict = verify(&ledger(0..total), &read_back(&mock, total));
+    let verdict = verify(
+        &ledger(std::iter::once(FIRST).chain(0..total)),
+        &read_back(&mock, total + 1),
+    );
     verdict.assert_no_loss();
     assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");
     assert_eq!(verdict.reordered, 0, "{verdict:?}");
@@ -92,7 +107,7 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
 async fn a_held_record_refused_for_its_size_comes_back_as_its_delivery() {
     // Below HOLD_BELOW, above this message.max.bytes: held, then refused when
     // handed over (a flush hands everything over, round or not).
-    let mut sink = unacked_sink(&["message.max.bytes=10000"]);
+    let (_mock, mut sink) = unacked_sink(&[("message.max.bytes", "10000")]).await;
     send(&mut sink, 0..ROUND_AT);
     let big = sized(ROUND_AT, 20_000);
     assert!(big.size() < HOLD_BELOW);
@@ -116,7 +131,7 @@ async fn a_held_record_refused_for_its_size_comes_back_as_its_delivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_record_is_never_held_and_its_size_refusal_is_immediate() {
-    let mut sink = unacked_sink(&[]);
+    let (_mock, mut sink) = unacked_sink(&[]).await;
     send(&mut sink, 0..ROUND_AT + 3);
     assert_eq!(sink.held(), 3);
     // Over the default message.max.bytes (1,048,588) and over HOLD_BELOW.
@@ -133,24 +148,29 @@ async fn a_large_record_is_never_held_and_its_size_refusal_is_immediate() {
     assert_eq!(sink.held(), 1, "a small record after it waits again");
 }
 
-#[test]
-fn a_renewed_producer_abandons_held_records_and_rounds_off_hold_nothing() {
-    let mut sink = unacked_sink(&[]);
-    send(&mut sink, 0..ROUND_AT + 7);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_producer_abandons_held_records_and_rounds_off_hold_nothing() {
+    let (_mock, mut sink) = unacked_sink(&[]).await;
+    sink.hold_rounds(false);
+    send(&mut sink, 0..20);
+    assert_eq!(sink.held(), 0, "rounds off: nothing held");
+
+    sink.hold_rounds(true);
+    send(&mut sink, 20..27);
     assert_eq!(sink.held(), 7);
     sink.renew().expect("renew");
     assert_eq!(sink.held(), 0);
     send(&mut sink, 0..ROUND_AT);
-    assert_eq!(sink.held(), 0, "the new producer starts a round of its own");
-
-    sink.hold_rounds(false);
-    send(&mut sink, 0..20);
-    assert_eq!(sink.held(), 0);
+    assert_eq!(
+        sink.held(),
+        ROUND_AT - 1,
+        "the new producer's first write to the topic goes alone, the rest waits for it"
+    );
 }
 
-#[test]
-fn held_records_are_bounded_and_handed_over_in_batches() {
-    let mut sink = unacked_sink(&[]);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_records_are_bounded_and_handed_over_in_batches() {
+    let (_mock, mut sink) = unacked_sink(&[]).await;
     send(&mut sink, 0..ROUND_AT + HELD_MAX);
     assert_eq!(sink.held(), HELD_MAX, "held up to the bound");
     send(&mut sink, 0..1);
@@ -160,7 +180,7 @@ fn held_records_are_bounded_and_handed_over_in_batches() {
         "the full batch went over, the next one starts"
     );
     // A full librdkafka queue: the bound holds, and the record is sent back.
-    let mut sink = unacked_sink(&["queue.buffering.max.messages=10"]);
+    let (_mock, mut sink) = unacked_sink(&[("queue.buffering.max.messages", "10")]).await;
     send(&mut sink, 0..ROUND_AT + HELD_MAX);
     match sink.send(&record(9999), 9999) {
         Err(SendError::QueueFull) => {}

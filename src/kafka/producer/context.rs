@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::outbox::event::EVENT_TYPE_HEADER;
 use crate::outbox::record::{id_text_of, size_of};
 
+use super::first_writes::FirstWrites;
 use super::outcome::{delivery_error, header_value};
 use super::Delivery;
 
@@ -36,6 +37,8 @@ pub(super) struct Context {
     pub(super) metrics: Arc<Metrics>,
     pub(super) scrubber: Scrubber,
     pub(super) outage: Arc<Outage>,
+    /// Shared with [`Polled`]: the probe's report opens the gate.
+    pub(super) first_writes: Arc<FirstWrites>,
 }
 
 /// The outage log shared by the producers of one sink, with a flag read lock-free
@@ -158,6 +161,8 @@ impl ProducerContext for Context {
             Err((err, m)) => (m, Err(err.clone())),
         };
         let unplaced = result.is_ok() && outcome.is_err();
+        self.first_writes
+            .reported(message.topic(), tag, outcome.is_ok());
         if unplaced {
             tracing::warn!(
                 topic = %message.topic(),
@@ -260,6 +265,8 @@ pub(super) struct Polled {
     pub(super) wakeup: QueueWakeup,
     /// Shared with the producer's [`Context`].
     pub(super) unreported: Arc<AtomicUsize>,
+    /// Shared with the producer's [`Context`].
+    pub(super) first_writes: Arc<FirstWrites>,
     pub(super) producer: BaseProducer<Context>,
     /// Held while serving the main queue: one poller at a time, so reports reach
     /// the channel in the order librdkafka queued them.

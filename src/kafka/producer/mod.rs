@@ -52,6 +52,8 @@
 //! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
 //!   and the one-poller-at-a-time serving of the main queue;
 //! - `rounds`: which records wait for the round in flight, and for how long;
+//! - `first_writes`: a producer's first write to a topic goes alone (a broker
+//!   accepts any sequence from a producer id new to a partition);
 //! - `transactions`: an exactly-once producer's blocking transactional calls
 //!   ([`Transactions`]) and how their failures are classified ([`TxnError`]).
 //!
@@ -62,6 +64,7 @@
 //! then [`KafkaSink::transaction_ended`].
 
 mod context;
+mod first_writes;
 mod outcome;
 mod rounds;
 mod transactions;
@@ -85,13 +88,15 @@ use crate::outbox::event::EVENT_TYPE_HEADER;
 use crate::outbox::record::{id_text_of, KafkaRecord};
 
 use self::context::{Context, Outage, Polled};
+use self::first_writes::FirstWrites;
 use self::outcome::{delivery_error, header_value};
 use self::rounds::{base_record, headers_of, HeldRecord, Record, FLUSH_STEP};
 
 /// Why `send` did not take a record.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// librdkafka's queue is full: retry after deliveries came back.
+    /// librdkafka's queue is full, or the record waits for a producer's first write
+    /// to a topic (`first_writes`): retry after deliveries came back.
     #[error("producer queue is full")]
     QueueFull,
     /// The record was refused.
@@ -229,6 +234,7 @@ impl KafkaSink {
     ) -> Result<Created, CreateError> {
         let (tx, deliveries) = mpsc::unbounded_channel();
         let unreported = Arc::new(AtomicUsize::new(0));
+        let first_writes = Arc::new(FirstWrites::new(config.get("transactional.id").is_none()));
         let producer: BaseProducer<Context> = config
             .create_with_context(Context {
                 deliveries: tx.clone(),
@@ -236,6 +242,7 @@ impl KafkaSink {
                 metrics,
                 scrubber: scrubber.clone(),
                 outage,
+                first_writes: first_writes.clone(),
             })
             .map_err(|err| CreateError {
                 message: scrubber.scrub(&err.to_string()),
@@ -243,6 +250,7 @@ impl KafkaSink {
         let polled = Polled {
             wakeup: QueueWakeup::new(producer.client()),
             unreported,
+            first_writes,
             producer,
             serving: Mutex::new(()),
         };
@@ -294,24 +302,36 @@ impl KafkaSink {
     }
 
     /// Take one record. On success a [`Delivery`] with `tag` follows. While a round
-    /// is in flight ([`KafkaSink::hold_rounds`]) the record is held and handed over
-    /// with the next round; a refusal of a held record then arrives as that
+    /// is in flight ([`KafkaSink::hold_rounds`]), or the producer's first write to a
+    /// topic (`first_writes`), the record is held and handed over after it; a refusal of a held record then arrives as that
     /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
         self.begin_if_needed(record)?;
-        let hold = self.rounds
-            && record.size() < HOLD_BELOW
-            && (!self.held.is_empty() || self.round_in_flight());
+        // A producer's first write to a topic goes alone (see `first_writes`):
+        // while it is in flight everything waits. A record of HOLD_BELOW bytes or
+        // more waits like one a full queue sent back, not held: its size refusal
+        // must still come from `send` itself.
+        let large = record.size() >= HOLD_BELOW;
+        if large && self.polled.first_writes.gated() {
+            return Err(SendError::QueueFull);
+        }
+        let hold = self.polled.first_writes.gated()
+            || (self.rounds && !large && (!self.held.is_empty() || self.round_in_flight()));
         let room = self.held.len() < HELD_MAX && self.held_bytes < HELD_MAX_BYTES;
         if !(hold && room) {
             // Whatever was held goes before this record (per-key order).
             self.hand_over(true);
             if !self.held.is_empty() {
-                // librdkafka's queue is full: this record waits its turn.
+                // librdkafka's queue is full, or a first write is in flight and
+                // the held records are at their bound: this record waits its turn.
                 return Err(SendError::QueueFull);
             }
         }
-        if hold {
+        // The held records just handed over may have ended with a first write.
+        if !hold && self.polled.first_writes.gated() && large {
+            return Err(SendError::QueueFull);
+        }
+        if hold || self.polled.first_writes.gated() {
             self.held.push_back(HeldRecord::new(record, tag));
             self.held_bytes += record.size();
             return Ok(());
@@ -348,8 +368,15 @@ impl KafkaSink {
         // Counted before librdkafka has it: its report may be served (by the
         // prober, on another thread) before `send` returns.
         self.polled.unreported.fetch_add(1, Ordering::Relaxed);
+        let probe = self
+            .polled
+            .first_writes
+            .before_send(base.topic, base.delivery_opaque);
         self.polled.producer.send(base).inspect_err(|_| {
             self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
+            if probe {
+                self.polled.first_writes.not_sent();
+            }
         })
     }
 
@@ -365,13 +392,17 @@ impl KafkaSink {
     }
 
     /// Hand the held records over, in order, when no round is in flight (`force`:
-    /// whatever is in flight). Stops at a full queue (the rest waits for the next
-    /// call); a record librdkafka refuses is reported on the delivery channel.
+    /// whatever is in flight). Stops at a full queue and behind a producer's first
+    /// write to a topic (`first_writes`): the rest waits for the next call; a
+    /// record librdkafka refuses is reported on the delivery channel.
     fn hand_over(&mut self, force: bool) {
         if self.held.is_empty() || (!force && self.round_in_flight()) {
             return;
         }
-        while let Some(held) = self.held.pop_front() {
+        while !self.polled.first_writes.gated() {
+            let Some(held) = self.held.pop_front() else {
+                return;
+            };
             self.held_bytes -= held.size();
             let HeldRecord {
                 topic,
