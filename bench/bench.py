@@ -17,9 +17,10 @@ measurement, for the same reason; ~10 s of JVM start each, outside every timing)
             from its "relaying outbox to kafka" line, pg_recvlogical from its
             "streaming initiated" line (startup is reported separately).
   live      at each of RATES (default 1,000, 5,000 and 10,000 one-row transactions/s,
-            pgbench, synchronous commit), rotating per rep: the floor (pg_recvlogical +
-            test_decoding with include-timestamp, read line by line here: commit →
-            receipt), pgoutbox (its commit → broker-ack histogram), the SKIP LOCKED
+            pgbench, synchronous_commit per --sync-commit, default on), rotating per rep:
+            the floor (pg_recvlogical + test_decoding with include-timestamp, read line by
+            line here: commit → receipt; its CPU and wake-ups per event are issue 29's
+            baseline: the relay's against them, ≤ 2.5× at 1,000/s), pgoutbox (its commit → broker-ack histogram), the SKIP LOCKED
             polling relay example (commit → ack) and, given --relay-b, a second pgoutbox
             build (before/after under the same load), with the CPU per event of each relay and
             of its PostgreSQL backend (the slot's active_pid walsender; the poller's
@@ -854,7 +855,10 @@ class Bench:
                 "-c", str(pgbench_clients(rate)), "-j", "2"]
         if rate:
             argv += ["-R", str(rate)]
-        out = subprocess.run(argv + [self.url], capture_output=True, text=True)
+        # --sync-commit: what each insert's commit waits for (on: its own WAL flush,
+        # so the walsender sends every event on its own; the server's default).
+        env = dict(os.environ, PGOPTIONS=f"-c synchronous_commit={self.o.sync_commit}")
+        out = subprocess.run(argv + [self.url], capture_output=True, text=True, env=env)
         if out.returncode != 0:
             raise RuntimeError(f"pgbench failed: {out.stderr.strip()}")
         n = int(re.search(r"actually processed: (\d+)", out.stdout).group(1))
@@ -878,14 +882,20 @@ class Bench:
         err = Lines(p.stderr)
         if not err.wait_for("streaming initiated", 60):
             raise RuntimeError(f"pg_recvlogical did not start:\n{err.tail()}")
+        # Its CPU and wake-ups over the same span as the relay's (issue 29's floor:
+        # one wake-up per event is what any process reading the slot pays).
+        cpu0, wk0 = proc_cpu(p.pid), proc_wakeups(p.pid)
         n, achieved = self.pgbench("outbox", rate, secs)
         deadline = time.time() + 120
         while len(lat) < n and time.time() < deadline:
             time.sleep(0.05)
+        cpu1, wk1 = proc_cpu(p.pid), proc_wakeups(p.pid)
         self.reap(p, signal.SIGINT)
         self.drop_slots("l_floor")
         return {"events": len(lat), "written": n, "achieved_rate": achieved, "valid": len(lat) == n,
-                "p50_us": quantile(lat, 0.5), "p99_us": quantile(lat, 0.99)}
+                "p50_us": quantile(lat, 0.5), "p99_us": quantile(lat, 0.99),
+                "cpu_seconds": cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
+                "wakeups": wk1 - wk0 if wk0 is not None and wk1 is not None else None}
 
     def live_relay_b(self, rate, secs):
         """The same as live_relay, with the --relay-b binary."""
@@ -980,6 +990,7 @@ class Bench:
         rotating order. A rate pgbench cannot reach is measured at what it achieved (and
         marked in the table), never skipped."""
         self.results["live"]["seconds"] = secs
+        self.results["live"]["sync_commit"] = self.o.sync_commit
         self.pressure.phase = "wake cost"
         out = subprocess.run([os.path.join(self.examples, "wake_cost")], capture_output=True, text=True, check=True)
         self.results["live"]["wake_cost"] = json.loads(out.stdout)
@@ -1501,7 +1512,29 @@ def wakeup_rows(label, runs, backlog_us, wake_us):
              "info: a floor above the CPU goal puts it out of reach at this many wake-ups", "")]
 
 
-def live_rate_rows(label, rate, runs, backlog_us, before, verdict, wake_us=None):
+def wakeups_per_event(x):
+    return x["wakeups"] / x["events"] if x.get("wakeups") is not None and x.get("events") else None
+
+
+def floor_rows(label, rate, runs, valid, verdict, sync_commit):
+    """Issue 29: the relay's CPU per event against pg_recvlogical's at the same rate in the
+    same run (its own slot, the same kind of WAL), and both processes' wake-ups per event
+    summed over their threads. Targets: ≤ 2.5× at 1,000/s and ≤ 2× at 5,000/s with
+    synchronous_commit on; ≤ 2× with it off."""
+    relay, floor = med(runs["pgoutbox"], per_event("cpu_seconds")), med(runs["floor"], per_event("cpu_seconds"))
+    if relay is None or floor is None:
+        return []
+    ratio = relay / floor
+    limit = 2.5 if sync_commit == "on" and rate < 5000 else 2.0
+    rw, fw = med(runs["pgoutbox"], wakeups_per_event), med(runs["floor"], wakeups_per_event)
+    return [(f"{label}: relay CPU µs/event vs pg_recvlogical's (synchronous_commit={sync_commit})",
+             fmt(relay, ".1f"), fmt(floor, ".1f"), fmt(ratio, ".2f") + "×", f"≤ {limit}× (issue 29)",
+             verdict(ratio <= limit, valid)),
+            (f"{label}: wake-ups per event, all threads, relay vs pg_recvlogical",
+             fmt(rw, ".2f"), fmt(fw, ".2f"), fmt(rw / fw if rw and fw else None, ".2f") + "×", "info", "")]
+
+
+def live_rate_rows(label, rate, runs, backlog_us, before, verdict, wake_us=None, sync_commit="on"):
     """The live table's rows for one rate (see live_rows)."""
     valid = all(x["valid"] for v in runs.values() for x in v)
     q = {w: {k: med(runs[w], lambda x: x[k]) for k in ("p50_us", "p99_us")} for w in runs}
@@ -1521,6 +1554,7 @@ def live_rate_rows(label, rate, runs, backlog_us, before, verdict, wake_us=None)
                      ("+" if d and d >= 0 else "") + fmt_ms(d) + " ms",
                      f"within {limit // 1000} ms of the floor" + (" (issue 16)" if limit == 5000 else ""),
                      verdict(d <= limit if d is not None else None, valid)))
+    rows += floor_rows(label, rate, runs, valid, verdict, sync_commit)
     rows += wakeup_rows(label, runs, backlog_us, wake_us)
     rows += kafka_share_rows(label, rate, runs, q, valid, verdict)
     r = prelay / relay if prelay and relay else None
@@ -1589,7 +1623,8 @@ def live_rows(res, before, verdict):
         label = f"live {rate:,}/s" + (f" (achieved {fmt(ach)}/s: rate NOT reached)" if ach < 0.95 * rate else "")
         prior = ((before or {}).get("live", {}).get("rates", {}).get(key) or {}).get("runs")
         rows += live_rate_rows(label, rate, runs, backlog_us, prior, verdict,
-                               (live.get("wake_cost") or {}).get("cpu_us_per_wake_from_idle"))
+                               (live.get("wake_cost") or {}).get("cpu_us_per_wake_from_idle"),
+                               live.get("sync_commit", "on"))
     idle = live.get("idle")
     wake = live.get("wake_cost")
     if wake:
@@ -1792,6 +1827,9 @@ def main():
     ap.add_argument("--rows", type=int, default=env("BENCH_ROWS", 20_000 if quick else 200_000))
     ap.add_argument("--reps", type=int, default=env("BENCH_REPS", 1 if quick else 3))
     ap.add_argument("--txn-sizes", default=env("BENCH_TXN_SIZES", "1 10 100"))
+    ap.add_argument("--sync-commit", choices=("on", "off"), default=env("BENCH_SYNC_COMMIT", "on"),
+                    help="synchronous_commit of the live inserts (default on, the server's default: "
+                         "every one-row transaction is its own WAL flush)")
     ap.add_argument("--live-seconds", type=int, default=env("BENCH_LIVE_SECONDS", 5 if quick else 15))
     ap.add_argument("--mem-rows", type=int, default=env("BENCH_MEM_ROWS", 50_000 if quick else 1_000_000))
     ap.add_argument("--mem-txn", type=int, default=env("BENCH_MEM_TXN", 1),

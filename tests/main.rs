@@ -29,6 +29,7 @@ mod first_writes;
 mod heartbeat;
 mod keepalive;
 mod layouts;
+mod lazy_reports;
 mod logs;
 mod messages;
 mod migrations;

@@ -11,15 +11,18 @@
 //! suite: 8 of 8 new producers on the mock cluster before this gate).
 //!
 //! So a record for a topic the current producer has no ack from (with the broker's
-//! offset) is a *probe*: handed over alone, and nothing more is handed over, of any
-//! topic, until its report was served. librdkafka retries a refused probe by itself
-//! until it is written, and an ack with an offset means the broker now holds this
-//! producer's sequence for that partition, so later requests are checked against it.
+//! offset) is a *probe*: handed over alone, and no other record of that topic is
+//! handed over until its report was served (records of other topics go on;
+//! order only matters within a partition). librdkafka retries a refused probe by
+//! itself until it is written, and an ack with an offset means the broker now holds
+//! this producer's sequence for that partition, so later requests are checked
+//! against it.
 //!
-//! Invariants: at most one probe is in flight; while one is, [`FirstWrites::gated`]
-//! is true and the sink hands nothing over; a probe's report (ack or failure) opens
-//! the gate; only an ack with an offset marks its topic written. The state belongs
-//! to one producer: a new producer (new producer id) starts with no topic written.
+//! Invariants: at most one probe per topic is in flight; while one is,
+//! [`FirstWrites::gated`] is true for its topic and the sink hands nothing of that
+//! topic over; a probe's report (ack or failure) opens its topic's gate; only an
+//! ack with an offset marks its topic written. The state belongs to one producer: a
+//! new producer (new producer id) starts with no topic written.
 //!
 //! What it does not cover: the gate is per topic, the broker's state per partition.
 //! A probe's ack shows that one partition of the topic has a leader ready; the
@@ -30,15 +33,15 @@
 //! transaction the relay never commits (the unplaced report ends the session, and the
 //! next producer's `init_transactions` aborts it).
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Which topics the producer has written to, and the probe in flight.
+/// Which topics the producer has written to, and the probes in flight.
 pub(super) struct FirstWrites {
     state: Mutex<State>,
-    /// A probe is in flight (read lock-free on every send and report).
-    gated: AtomicBool,
+    /// Probes in flight (read lock-free on every send, hand-over and report).
+    probing: AtomicUsize,
     /// Off for transactional producers (see the module docs).
     enabled: bool,
 }
@@ -46,15 +49,15 @@ pub(super) struct FirstWrites {
 #[derive(Default)]
 struct State {
     written: HashSet<String>,
-    /// Topic and tag of the probe in flight.
-    probe: Option<(String, usize)>,
+    /// Per topic, the tag of its probe in flight.
+    probes: HashMap<String, usize>,
 }
 
 impl FirstWrites {
     pub(super) fn new(enabled: bool) -> Self {
         Self {
             state: Mutex::new(State::default()),
-            gated: AtomicBool::new(false),
+            probing: AtomicUsize::new(0),
             enabled,
         }
     }
@@ -63,51 +66,48 @@ impl FirstWrites {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a probe is in flight: nothing more may be handed over.
-    pub(super) fn gated(&self) -> bool {
-        self.gated.load(Ordering::Acquire)
+    /// Whether `topic`'s probe is in flight: nothing more of it may be handed over.
+    pub(super) fn gated(&self, topic: &str) -> bool {
+        self.probing.load(Ordering::Acquire) > 0 && self.lock().probes.contains_key(topic)
     }
 
-    /// Before handing record `tag` for `topic` over (the gate open): make it the
+    /// Before handing record `tag` for `topic` over (its gate open): make it the
     /// probe if the producer has not written to `topic`. `true` if it is.
     pub(super) fn before_send(&self, topic: &str, tag: usize) -> bool {
         if !self.enabled {
             return false;
         }
         let mut state = self.lock();
-        if state.written.contains(topic) {
+        if state.written.contains(topic) || state.probes.contains_key(topic) {
             return false;
         }
-        state.probe = Some((topic.to_owned(), tag));
-        self.gated.store(true, Ordering::Release);
+        state.probes.insert(topic.to_owned(), tag);
+        self.probing.fetch_add(1, Ordering::AcqRel);
         true
     }
 
-    /// The probe was not taken by librdkafka (its refusal is the caller's).
-    pub(super) fn not_sent(&self) {
-        self.lock().probe = None;
-        self.gated.store(false, Ordering::Release);
+    /// `topic`'s probe was not taken by librdkafka (its refusal is the caller's).
+    pub(super) fn not_sent(&self, topic: &str) {
+        if self.lock().probes.remove(topic).is_some() {
+            self.probing.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// A report of record `tag` for `topic` was served; `placed`: acked with the
-    /// broker's offset. The probe's report opens the gate.
+    /// broker's offset. A probe's report opens its topic's gate.
     pub(super) fn reported(&self, topic: &str, tag: usize, placed: bool) {
-        if !self.gated() {
+        if self.probing.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut state = self.lock();
-        let is_probe = state
-            .probe
-            .as_ref()
-            .is_some_and(|(t, probe)| *probe == tag && t == topic);
-        if !is_probe {
+        if state.probes.get(topic) != Some(&tag) {
             return;
         }
-        state.probe = None;
+        state.probes.remove(topic);
         if placed {
             state.written.insert(topic.to_owned());
         }
-        self.gated.store(false, Ordering::Release);
+        self.probing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -116,17 +116,21 @@ mod tests {
     use super::FirstWrites;
 
     #[test]
-    fn a_topics_first_record_gates_until_its_ack_and_then_the_topic_is_written() {
+    fn a_topics_first_record_gates_that_topic_until_its_ack() {
         let writes = FirstWrites::new(true);
         assert!(writes.before_send("a", 1));
-        assert!(writes.gated());
-        // Another record's report (same tag, other topic) does not open the gate.
+        assert!(writes.gated("a"));
+        assert!(!writes.gated("b"), "other topics go on");
+        // Another topic's report with the same tag does not open the gate.
         writes.reported("b", 1, true);
-        assert!(writes.gated());
+        assert!(writes.gated("a"));
+        assert!(
+            writes.before_send("b", 2),
+            "another topic probes at the same time"
+        );
         writes.reported("a", 1, true);
-        assert!(!writes.gated());
-        assert!(!writes.before_send("a", 2), "written: no probe");
-        assert!(writes.before_send("b", 3), "another topic: a probe");
+        assert!(!writes.gated("a") && writes.gated("b"));
+        assert!(!writes.before_send("a", 3), "written: no probe");
     }
 
     #[test]
@@ -134,10 +138,10 @@ mod tests {
         let writes = FirstWrites::new(true);
         assert!(writes.before_send("a", 1));
         writes.reported("a", 1, false);
-        assert!(!writes.gated());
+        assert!(!writes.gated("a"));
         assert!(writes.before_send("a", 2));
-        writes.not_sent();
-        assert!(!writes.gated());
+        writes.not_sent("a");
+        assert!(!writes.gated("a"));
         assert!(writes.before_send("a", 3));
     }
 
@@ -145,6 +149,6 @@ mod tests {
     fn transactional_producers_are_not_gated() {
         let writes = FirstWrites::new(false);
         assert!(!writes.before_send("a", 1));
-        assert!(!writes.gated());
+        assert!(!writes.gated("a"));
     }
 }

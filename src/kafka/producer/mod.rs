@@ -131,6 +131,9 @@ pub struct KafkaSink {
     held_bytes: usize,
     /// Whether records are held while a round is in flight.
     rounds: bool,
+    /// Whether a delivery report wakes [`KafkaSink::next_delivery`]'s caller
+    /// ([`KafkaSink::wake_on_reports`]).
+    eager: bool,
     scrubber: Scrubber,
     /// What [`KafkaSink::renew`] builds a new producer from.
     config: ClientConfig,
@@ -159,6 +162,7 @@ impl KafkaSink {
             held: std::collections::VecDeque::new(),
             held_bytes: 0,
             rounds: false,
+            eager: true,
             scrubber,
             config: config.clone(),
             metrics,
@@ -269,6 +273,7 @@ impl KafkaSink {
             self.metrics.clone(),
             self.outage.clone(),
         )?;
+        polled.wakeup.set_eager(self.eager);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = polled.clone();
         let old = std::mem::replace(&mut self.polled, polled);
         // Nothing the old producer holds may reach the broker once the new one
@@ -291,6 +296,17 @@ impl KafkaSink {
         Ok(())
     }
 
+    /// Whether a delivery report wakes a caller waiting in
+    /// [`KafkaSink::next_delivery`] (the default). Off, reports wait for the next
+    /// call made for another reason (new WAL, a timer), which serves them first: one
+    /// thread wake-up fewer per record when the caller is not waiting on them.
+    pub fn wake_on_reports(&mut self, on: bool) {
+        if self.eager != on {
+            self.eager = on;
+            self.polled.wakeup.set_eager(on);
+        }
+    }
+
     /// Hold records back while a round is in flight (see [`ROUND_AT`]): what the
     /// relay produces meanwhile goes to librdkafka in one go when the round's acks
     /// were served. Off by default (every record is handed over at once).
@@ -308,30 +324,29 @@ impl KafkaSink {
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
         self.begin_if_needed(record)?;
         // A producer's first write to a topic goes alone (see `first_writes`):
-        // while it is in flight everything waits. A record of HOLD_BELOW bytes or
-        // more waits like one a full queue sent back, not held: its size refusal
-        // must still come from `send` itself.
+        // while it is in flight the topic's other records wait. A record of
+        // HOLD_BELOW bytes or more waits like one a full queue sent back, not held:
+        // its size refusal must still come from `send` itself.
         let large = record.size() >= HOLD_BELOW;
-        if large && self.polled.first_writes.gated() {
+        let gated = self.polled.first_writes.gated(&record.topic);
+        if large && gated {
             return Err(SendError::QueueFull);
         }
-        let hold = self.polled.first_writes.gated()
-            || (self.rounds && !large && (!self.held.is_empty() || self.round_in_flight()));
-        let room = self.held.len() < HELD_MAX && self.held_bytes < HELD_MAX_BYTES;
-        if !(hold && room) {
-            // Whatever was held goes before this record (per-key order).
-            self.hand_over(true);
-            if !self.held.is_empty() {
-                // librdkafka's queue is full, or a first write is in flight and
-                // the held records are at their bound: this record waits its turn.
+        let hold =
+            gated || (self.rounds && !large && (!self.held.is_empty() || self.round_in_flight()));
+        if !(hold && self.room()) && self.hand_over(true) {
+            // Whatever was held goes first (per-key order), and librdkafka's queue
+            // is full: this record waits its turn.
+            return Err(SendError::QueueFull);
+        }
+        // The held records just handed over may have begun with this topic's first
+        // write.
+        if hold || self.polled.first_writes.gated(&record.topic) {
+            if large || !self.room() {
+                // Held records of topics whose first write is in flight fill the
+                // bound: this record waits for a report.
                 return Err(SendError::QueueFull);
             }
-        }
-        // The held records just handed over may have ended with a first write.
-        if !hold && self.polled.first_writes.gated() && large {
-            return Err(SendError::QueueFull);
-        }
-        if hold || self.polled.first_writes.gated() {
             self.held.push_back(HeldRecord::new(record, tag));
             self.held_bytes += record.size();
             return Ok(());
@@ -353,6 +368,12 @@ impl KafkaSink {
         }
     }
 
+    /// Whether the held records are below their bounds ([`HELD_MAX`],
+    /// [`HELD_MAX_BYTES`]).
+    fn room(&self) -> bool {
+        self.held.len() < HELD_MAX && self.held_bytes < HELD_MAX_BYTES
+    }
+
     /// Whether librdkafka holds enough records that the next ones would wait
     /// behind them (and keep its broker thread polling): see [`ROUND_AT`].
     fn round_in_flight(&self) -> bool {
@@ -372,10 +393,10 @@ impl KafkaSink {
             .polled
             .first_writes
             .before_send(base.topic, base.delivery_opaque);
-        self.polled.producer.send(base).inspect_err(|_| {
+        self.polled.producer.send(base).inspect_err(|(_, back)| {
             self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
             if probe {
-                self.polled.first_writes.not_sent();
+                self.polled.first_writes.not_sent(back.topic);
             }
         })
     }
@@ -392,17 +413,22 @@ impl KafkaSink {
     }
 
     /// Hand the held records over, in order, when no round is in flight (`force`:
-    /// whatever is in flight). Stops at a full queue and behind a producer's first
-    /// write to a topic (`first_writes`): the rest waits for the next call; a
-    /// record librdkafka refuses is reported on the delivery channel.
-    fn hand_over(&mut self, force: bool) {
+    /// whatever is in flight), except those of a topic whose first write is in
+    /// flight (`first_writes`), which keep waiting in order. Stops at a full queue
+    /// (`true`: the rest waits for the next call); a record librdkafka refuses is
+    /// reported on the delivery channel.
+    fn hand_over(&mut self, force: bool) -> bool {
         if self.held.is_empty() || (!force && self.round_in_flight()) {
-            return;
+            return false;
         }
-        while !self.polled.first_writes.gated() {
-            let Some(held) = self.held.pop_front() else {
-                return;
-            };
+        // Records left behind for their topic's first write, in order.
+        let mut waiting = std::collections::VecDeque::new();
+        let mut full = false;
+        while let Some(held) = self.held.pop_front() {
+            if self.polled.first_writes.gated(&held.topic) {
+                waiting.push_back(held);
+                continue;
+            }
             self.held_bytes -= held.size();
             let HeldRecord {
                 topic,
@@ -435,11 +461,17 @@ impl KafkaSink {
             };
             if let KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) = err {
                 self.held_bytes += held.size();
-                self.held.push_front(held);
-                return;
+                waiting.push_back(held);
+                full = true;
+                break;
             }
             self.refuse_held(&err, &held);
         }
+        if !waiting.is_empty() {
+            waiting.extend(self.held.drain(..));
+            self.held = waiting;
+        }
+        full
     }
 
     /// Report a held record librdkafka refused as its delivery, as a broker's
@@ -546,7 +578,8 @@ impl KafkaSink {
                     .serving
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                // A full queue left records held: flush a little, then hand over more.
+                // A full queue, or a topic's first write in flight, left records
+                // held: flush a little, then hand over more.
                 let wait = if self.held.is_empty() {
                     left
                 } else {
