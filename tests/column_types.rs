@@ -6,6 +6,9 @@
 //! key made bigint), else the table's rows are poison `type-changed`, which stops
 //! the relay before the first of them — and `tail` shows the same.
 //!
+//! The types are kept in the state file, so a relay restarted after the change
+//! stops too, until `--accept-type-change`.
+//!
 //! How each test fails without the judgement: the records after the change differ
 //! from those before it (a schema `int64` key, a payload schema without its
 //! `io.debezium.data.Json` name), or the relay goes on past the row.
@@ -98,6 +101,7 @@ fn a_bigint_key_made_text_stops_the_relay_before_the_row_and_tail_shows_it() {
         "\"aggregate_id\" changed type from bigint to text",
         "an int64 → a string",
         "ALTER TABLE",
+        "--accept-type-change",
     ] {
         assert!(said.contains(needle), "{needle} in: {said}");
     }
@@ -111,11 +115,69 @@ fn a_bigint_key_made_text_stops_the_relay_before_the_row_and_tail_shows_it() {
     let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
     assert_eq!(second["poison"]["cause"], "type-changed", "{}", lines[1]);
     assert_eq!(second["poison"]["action"], "fail", "{}", lines[1]);
-    // The documented way on: a relay started after the change writes the new type.
-    let relay = start(&db, &broker, &state, SCHEMAS);
-    reader.read_until("the row after a restart", WAIT, |r| r.len() == 2);
+    accept_the_new_type(&db, &broker, &state, &mut reader);
+}
+
+/// A plain restart stops at the same row (the types are kept in the state file);
+/// the documented way on, `--accept-type-change`, writes the new type.
+fn accept_the_new_type(
+    db: &TestDb<'_>,
+    broker: &str,
+    state: &std::path::Path,
+    reader: &mut Reader,
+) {
+    let mut again = start(db, broker, state, SCHEMAS);
+    let status = again.wait_exit(WAIT);
+    let log = again.stderr();
+    assert_eq!(status.code(), Some(4), "a restart stops again:\n{log}");
+    assert!(log.contains("type-changed"), "{log}");
+    let mut args = SCHEMAS.to_vec();
+    args.push("--accept-type-change");
+    let relay = start(db, broker, state, &args);
+    reader.read_until("the row after --accept-type-change", WAIT, |r| r.len() == 2);
     let key =
         String::from_utf8_lossy(reader.records[1].key.as_deref().unwrap_or_default()).into_owned();
     assert!(key.contains("\"type\":\"string\""), "{key}");
     stop(relay);
+}
+
+/// The change made while the relay is stopped, after it confirmed every row: the
+/// first Relation the next start reads already has the new type, so only the types
+/// kept in the state file tell it apart (without them this start pins `text` and
+/// sends the row with a string key).
+#[test]
+fn a_type_change_made_while_the_relay_was_stopped_stops_the_next_start() {
+    let db = PgCluster::shared().fresh_db();
+    let broker = Broker::shared().addr();
+    let state = temp_dir("state");
+    db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE bigint USING aggregate_id::bigint");
+    let relay = start(&db, &broker, &state, SCHEMAS);
+    insert(&db, "7", "'{}'");
+    let mut reader = Reader::new(&broker, &[topic(&db, "order")]);
+    reader.read_until("the row before the change", WAIT, |r| r.len() == 1);
+    stop(relay);
+    db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE text");
+    let before = current_lsn(&db);
+    let id = insert(&db, "'7'", "'{}'");
+    let mut relay = start(&db, &broker, &state, SCHEMAS);
+    let status = relay.wait_exit(WAIT);
+    let log = relay.stderr();
+    assert_eq!(status.code(), Some(4), "a poison row's stop:\n{log}");
+    let said = log.lines().last().unwrap_or_default();
+    for needle in [
+        id.as_str(),
+        "type-changed",
+        "\"aggregate_id\" changed type from bigint to text",
+        "--accept-type-change",
+    ] {
+        assert!(said.contains(needle), "{needle} in: {said}");
+    }
+    let (confirmed, _) = slot(&db).expect("the slot");
+    assert!(
+        confirmed <= before,
+        "the slot passed the row: {confirmed} > {before}"
+    );
+    reader.settle(std::time::Duration::from_millis(500));
+    assert_eq!(reader.records.len(), 1, "nothing past the stop was sent");
+    accept_the_new_type(&db, &broker, &state, &mut reader);
 }

@@ -267,6 +267,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub accept_publication_change: bool,
 
+    /// Start even though a mapped column of an outbox table changed type in a way
+    /// that changes its records' shape (`type-changed`, e.g. `aggregate_id bigint`
+    /// made `text`): drop the column types the relay kept in its state file and pin
+    /// those of the next rows it reads, so from them on records carry the new type.
+    /// Only once consumers accept records of the new shape. Applies to this start
+    /// only; deliberately has no environment twin.
+    #[arg(long)]
+    pub accept_type_change: bool,
+
     /// When an outbox table is re-created (DROP + CREATE, a rename swap) and not
     /// published, and nothing else about the publication changed: `on` re-adds it
     /// to the publication and sends the rows written to it meanwhile, from the

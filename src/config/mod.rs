@@ -407,6 +407,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
             state_dir: state::state_dir(args.state.state_dir.as_deref())?,
             accept_slot_reset: args.accept_slot_reset,
             accept_publication_change: args.accept_publication_change,
+            accept_type_change: args.accept_type_change,
             publication_repair: args.publication_repair == crate::cli::Switch::On,
         },
         heartbeat,

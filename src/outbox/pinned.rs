@@ -18,10 +18,13 @@
 //!
 //! Invariants: one [`PinnedTypes`] is shared by every session of a relay (a clone
 //! shares it), so a reconnect does not adopt a change; the first type stays pinned
-//! across several changes (a change undone is no change); a relay started after
-//! the change pins what it finds (the stop message says so).
+//! across several changes (a change undone is no change); the pins are kept in the
+//! state file ([`PinnedTypes::kept`], written with every persisted LSN) and taken
+//! back at the next start ([`PinnedTypes::seed`]), so a relay restarted after the
+//! change judges it as the running one would have; only `run --accept-type-change`
+//! drops them, once, and pins what it finds (the stop message says so).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::outbox::connect::ColumnType;
@@ -34,8 +37,20 @@ type Columns = HashMap<String, (u32, u32)>;
 /// The first type of each mapped column of each outbox table.
 #[derive(Debug, Clone, Default)]
 pub struct PinnedTypes {
-    tables: Arc<Mutex<HashMap<TableName, Columns>>>,
+    inner: Arc<Mutex<Inner>>,
 }
+
+#[derive(Debug, Default)]
+struct Inner {
+    tables: HashMap<TableName, Columns>,
+    /// Pins taken back from the state file for tables not seen yet in this
+    /// process (by [`TableName::quoted`]).
+    seeded: KeptTypes,
+}
+
+/// The pins as the state file keeps them: per table ([`TableName::quoted`]), per
+/// mapped column, the first type oid.
+pub type KeptTypes = BTreeMap<String, BTreeMap<String, u32>>;
 
 /// How a mapped column is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +75,7 @@ impl std::fmt::Display for TypeChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "column {:?} changed type from {} to {} since the relay started: its records would change shape ({} → {})",
+            "column {:?} changed type from {} to {} since the relay first read the table: its records would change shape ({} → {})",
             self.column,
             type_name(self.from),
             type_name(self.to),
@@ -99,7 +114,7 @@ impl PinnedTypes {
         relation: &Relation,
         mapped: &[(&str, Role)],
     ) -> Checked {
-        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.lock();
         let oid_of = |name: &str| {
             relation
                 .columns
@@ -107,7 +122,15 @@ impl PinnedTypes {
                 .find(|c| c.name == name)
                 .map(|c| c.type_oid)
         };
-        let pinned = tables.entry(table.clone()).or_default();
+        let Inner { tables, seeded } = &mut *inner;
+        let pinned = tables.entry(table.clone()).or_insert_with(|| {
+            seeded
+                .remove(&table.quoted())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(column, oid)| (column, (oid, oid)))
+                .collect()
+        });
         let mut checked = Checked::default();
         for &(column, role) in mapped {
             let Some(now) = oid_of(column) else { continue };
@@ -137,6 +160,40 @@ impl PinnedTypes {
             }
         }
         checked
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the state file keeps: every pin of this process, and those taken back
+    /// from the file for tables not seen since.
+    pub fn kept(&self) -> KeptTypes {
+        let inner = self.lock();
+        let mut kept = inner.seeded.clone();
+        for (table, columns) in &inner.tables {
+            let columns = columns
+                .iter()
+                .map(|(column, (first, _))| (column.clone(), *first))
+                .collect();
+            kept.insert(table.quoted(), columns);
+        }
+        kept
+    }
+
+    /// Take back the pins a state file kept, for the tables this process has not
+    /// pinned yet (its own pins are never replaced).
+    pub fn seed(&self, kept: &KeptTypes) {
+        let mut inner = self.lock();
+        let Inner { tables, seeded } = &mut *inner;
+        for (table, columns) in kept {
+            let seen = tables.keys().any(|t| t.quoted() == *table);
+            if !seen {
+                seeded
+                    .entry(table.clone())
+                    .or_insert_with(|| columns.clone());
+            }
+        }
     }
 }
 
@@ -242,6 +299,47 @@ mod tests {
         // Compared with the first types, not the previous ones.
         let back = relation(&[("id", 2950), ("aggregate_id", 25), ("payload", 3802)]);
         assert!(pinned.check(&table, &back, MAPPED).kept.is_empty());
+    }
+
+    #[test]
+    fn pins_kept_in_the_state_file_judge_the_first_relation_after_a_restart() {
+        let table = TableName::parse("public.outbox").unwrap();
+        let other = TableName::parse("app.events").unwrap();
+        let before = PinnedTypes::default();
+        before.check(
+            &table,
+            &relation(&[("aggregate_id", 20), ("payload", 3802)]),
+            MAPPED,
+        );
+        let kept = before.kept();
+        assert_eq!(kept[&table.quoted()]["aggregate_id"], 20, "{kept:?}");
+
+        // A new process: the first Relation it reads already has the new type.
+        let after = PinnedTypes::default();
+        after.seed(&kept);
+        assert_eq!(
+            after.kept(),
+            kept,
+            "seeded pins are kept until the table is seen"
+        );
+        let checked = after.check(
+            &table,
+            &relation(&[("aggregate_id", 25), ("payload", 3802)]),
+            MAPPED,
+        );
+        let change = checked.refused.expect("judged against the kept pin");
+        assert_eq!((change.from, change.to), (20, 25));
+        // The process's own pins win over a later seed; other tables are seeded.
+        let mut stale = kept.clone();
+        stale
+            .get_mut(&table.quoted())
+            .unwrap()
+            .insert("aggregate_id".into(), 23);
+        stale.insert(other.quoted(), BTreeMap::from([("payload".into(), 25)]));
+        after.seed(&stale);
+        let now = after.kept();
+        assert_eq!(now[&table.quoted()]["aggregate_id"], 20);
+        assert_eq!(now[&other.quoted()]["payload"], 25);
     }
 
     #[test]

@@ -544,7 +544,9 @@ async fn session(
         .await?
         .and_then(|i| i.confirmed_flush_lsn)
         .unwrap_or(Lsn::INVALID);
-    let checkpoint = guard.after_start(&identity, slot_lsn, &resume)?;
+    let checkpoint = guard
+        .after_start(&identity, slot_lsn, &resume)?
+        .pinning(&cfg.pipeline.pinned, guard.take_accept_type_change());
     let pipeline = with_not_null(&cfg.pipeline, &catalog_client).await?;
     let watch = match baseline {
         Some((version, baseline, repair_now)) => {

@@ -69,6 +69,8 @@ pub struct SafetyConfig {
     pub accept_slot_reset: bool,
     /// `--accept-publication-change`: adopt the publication as it is at this start.
     pub accept_publication_change: bool,
+    /// `--accept-type-change`: drop the column types kept in the state file.
+    pub accept_type_change: bool,
     /// `--publication-repair on`: re-add a re-created outbox table and send its
     /// rows ([`repair`]).
     pub publication_repair: bool,
@@ -86,6 +88,8 @@ pub struct SlotGuard {
     accept_reset: bool,
     /// `--accept-publication-change`, until a start used it.
     accept_publication: bool,
+    /// `--accept-type-change`, until the first session starts.
+    accept_type_change: bool,
     /// `--publication-repair on`.
     repair: bool,
     /// The slot was held by another process since the last session started.
@@ -125,6 +129,7 @@ impl SlotGuard {
             publication: publication.to_owned(),
             accept_reset: cfg.accept_slot_reset,
             accept_publication: cfg.accept_publication_change,
+            accept_type_change: cfg.accept_type_change,
             repair: cfg.publication_repair,
             stood_by: false,
             republish: Box::from(format!(
@@ -325,7 +330,7 @@ impl SlotGuard {
         };
         let accept = std::mem::take(&mut self.accept_reset);
         let stood_by = std::mem::take(&mut self.stood_by);
-        let current = SlotState::new(
+        let mut current = SlotState::new(
             &identity.system_id,
             identity.timeline,
             &self.database,
@@ -388,8 +393,18 @@ impl SlotGuard {
             }
             return Ok(Checkpoint::new(file, recorded));
         }
+        if recorded.system_id == identity.system_id {
+            // The same database's tables: their kept column types still hold.
+            current.pinned_types = recorded.pinned_types;
+        }
         file.write(&current)?;
         Ok(Checkpoint::new(file, current))
+    }
+
+    /// `--accept-type-change`, for the first session only (later sessions of the
+    /// process judge against what it pinned itself).
+    pub fn take_accept_type_change(&mut self) -> bool {
+        std::mem::take(&mut self.accept_type_change)
     }
 
     /// A definite explanation for a server error met while starting or streaming,

@@ -39,6 +39,7 @@ fn guard(dir: Option<PathBuf>, accept: bool) -> SlotGuard {
         state_dir: dir,
         accept_slot_reset: accept,
         accept_publication_change: false,
+        accept_type_change: false,
         publication_repair: false,
     };
     SlotGuard::open(&cfg, "shop", "s1", "pub", "outbox", "created_at").unwrap()

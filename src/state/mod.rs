@@ -31,6 +31,7 @@
 //! - A file that does not parse is an error naming the file and the fix, never a
 //!   panic and never silently replaced.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::outbox::pinned::{KeptTypes, PinnedTypes};
 use crate::pg::lsn::Lsn;
 use crate::pg::source::publication_state::Baseline;
 
@@ -115,6 +117,12 @@ pub struct SlotState {
     /// instead of taking it for a first start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkRecord>,
+    /// The type oid of each mapped column of each outbox table as the relay first
+    /// read it ([`crate::outbox::pinned`]): a relay restarted after an `ALTER
+    /// COLUMN … TYPE` judges the new type against it. Empty in files written
+    /// before the pins were kept.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pinned_types: KeptTypes,
 }
 
 /// Where this relay's exactly-once watermarks go ([`SlotState::watermark`]).
@@ -160,6 +168,7 @@ impl SlotState {
             confirmed_lsn,
             publication: None,
             watermark: None,
+            pinned_types: KeptTypes::new(),
         }
     }
 
@@ -377,11 +386,46 @@ pub struct Checkpoint {
 
 #[derive(Debug)]
 struct Persisted {
+    /// Written into every write of the state ([`Checkpoint::pinning`]).
+    pins: Option<PinnedTypes>,
     file: StateFile,
     state: SlotState,
 }
 
+impl Persisted {
+    /// Write `next` (with the pins of this moment) and keep it.
+    fn write(&mut self, mut next: SlotState) -> Result<(), StateError> {
+        if let Some(pins) = &self.pins {
+            next.pinned_types = pins.kept();
+        }
+        self.file.write(&next)?;
+        self.state = next;
+        Ok(())
+    }
+}
+
 impl Checkpoint {
+    /// Keep `pins` in the state file from now on, written with every later write;
+    /// unless `accept_change`, first take back those the file kept
+    /// ([`PinnedTypes::seed`]). `accept_change` (`--accept-type-change`) drops them
+    /// instead: the types the relay reads next are pinned afresh.
+    pub fn pinning(self, pins: &PinnedTypes, accept_change: bool) -> Self {
+        if let Some(inner) = &self.inner {
+            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let kept = &guard.state.pinned_types;
+            if !accept_change {
+                pins.seed(kept);
+            } else if !kept.is_empty() {
+                tracing::warn!(
+                    kept = ?kept,
+                    "--accept-type-change: dropping the column types kept in the state file; the relay pins the types of the next rows it reads"
+                );
+            }
+            guard.pins = Some(pins.clone());
+        }
+        self
+    }
+
     /// A checkpoint that persists nothing.
     pub fn disabled() -> Self {
         Self { inner: None }
@@ -390,7 +434,11 @@ impl Checkpoint {
     /// A checkpoint over `file`, whose content is `state` (already on disk).
     pub fn new(file: StateFile, state: SlotState) -> Self {
         Self {
-            inner: Some(Arc::new(Mutex::new(Persisted { file, state }))),
+            inner: Some(Arc::new(Mutex::new(Persisted {
+                pins: None,
+                file,
+                state,
+            }))),
         }
     }
 
@@ -417,9 +465,7 @@ impl Checkpoint {
             let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
             let mut next = guard.state.clone();
             next.publication = Some(baseline);
-            guard.file.write(&next)?;
-            guard.state = next;
-            Ok(())
+            guard.write(next)
         };
         blocking(write, path).await
     }
@@ -474,9 +520,7 @@ impl Checkpoint {
             }
             let mut next = guard.state.clone();
             next.confirmed_lsn = lsn;
-            guard.file.write(&next)?;
-            guard.state = next;
-            Ok(())
+            guard.write(next)
         };
         blocking(write, path).await
     }
@@ -498,238 +542,4 @@ async fn blocking(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn temp_dir(tag: &str) -> PathBuf {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "pgoutbox-state-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
-    fn sample(lsn: u64) -> SlotState {
-        SlotState::new("7351234567890123456", 1, "shop", "pgoutbox", Lsn(lsn))
-    }
-
-    #[tokio::test]
-    async fn a_kept_watermark_is_written_with_the_next_lsn_and_read_back() {
-        let dir = temp_dir("watermark");
-        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-        file.write(&sample(10)).unwrap();
-        let checkpoint = Checkpoint::new(file.clone(), sample(10));
-        assert_eq!(checkpoint.watermark(), None);
-        let record = WatermarkRecord {
-            topic: "pgoutbox.offsets".into(),
-            transactional_id: "pgoutbox-7-shop-pgoutbox".into(),
-        };
-        checkpoint.keep_watermark(&record);
-        assert_eq!(
-            file.load().unwrap().unwrap().watermark,
-            None,
-            "not on its own"
-        );
-        checkpoint.persist(Lsn(20)).await.unwrap();
-        let on_disk = file.load().unwrap().unwrap();
-        assert_eq!(on_disk.watermark.as_ref(), Some(&record));
-        assert_eq!(SlotState::parse(&on_disk.to_text()).unwrap(), on_disk);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn timeline_is_written_and_a_file_without_one_still_parses_as_unknown() {
-        let text = sample(42).to_text();
-        assert!(text.contains("timeline = 1"), "{text}");
-        assert_eq!(SlotState::parse(&text).unwrap().timeline, Some(1));
-        // What pgoutbox wrote before the timeline was recorded.
-        let old = "version = 1\nsystem_id = \"7351234567890123456\"\ndatabase = \"shop\"\n\
-                   slot = \"pgoutbox\"\nconfirmed_lsn = \"0/2A\"\n";
-        let parsed = SlotState::parse(old).unwrap();
-        assert_eq!(parsed.timeline, None);
-        assert_eq!(parsed.confirmed_lsn, Lsn(42));
-        assert!(
-            parsed.to_string().contains("timeline not recorded"),
-            "{parsed}"
-        );
-        assert!(
-            !parsed.to_text().contains("timeline"),
-            "unknown stays unknown"
-        );
-    }
-
-    #[test]
-    fn write_then_load_round_trips_and_leaves_no_temporary_file() {
-        let dir = temp_dir("roundtrip").join("nested");
-        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-        assert_eq!(file.load().unwrap(), None, "no file yet");
-        file.write(&sample(0x16_B374_D848)).unwrap();
-        file.write(&sample(0x17_0000_0000)).unwrap();
-        assert_eq!(file.load().unwrap(), Some(sample(0x17_0000_0000)));
-        let names: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, vec!["shop.pgoutbox.state".to_owned()]);
-        let text = std::fs::read_to_string(file.path()).unwrap();
-        assert!(text.contains("confirmed_lsn = \"17/0\""), "{text}");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(file.path()).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600);
-        }
-        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
-    }
-
-    #[test]
-    fn a_failed_write_keeps_the_old_file() {
-        let dir = temp_dir("failed");
-        let file = StateFile::open(&dir, "shop", "s").unwrap();
-        file.write(&sample(100)).unwrap();
-        // A directory where the temporary file would go makes the write fail before
-        // the rename.
-        let tmp = dir.join(format!(".shop.s.state.{}.tmp", std::process::id()));
-        std::fs::create_dir(&tmp).unwrap();
-        let err = file.write(&sample(200)).unwrap_err();
-        assert!(matches!(err, StateError::Write { .. }), "{err}");
-        assert!(err.to_string().contains("shop.s.state"), "{err}");
-        assert_eq!(file.load().unwrap(), Some(sample(100)));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn corrupt_files_are_clear_errors_not_panics() {
-        let dir = temp_dir("corrupt");
-        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-        let good = sample(42).to_text();
-        let cases: Vec<(&str, Vec<u8>)> = vec![
-            ("empty", Vec::new()),
-            ("garbage", b"\x00\xff\xfe not toml".to_vec()),
-            ("truncated", good.as_bytes()[..good.len() / 2].to_vec()),
-            ("bad lsn", good.replace("\"0/2A\"", "\"zz\"").into_bytes()),
-            (
-                "future version",
-                good.replace("version = 1", "version = 9").into_bytes(),
-            ),
-            ("unknown key", format!("{good}extra = 1\n").into_bytes()),
-            (
-                "bad timeline",
-                good.replace("timeline = 1", "timeline = -1").into_bytes(),
-            ),
-            (
-                "bad system id",
-                good.replace("7351234567890123456", "x").into_bytes(),
-            ),
-        ];
-        for (what, bytes) in cases {
-            std::fs::write(file.path(), &bytes).unwrap();
-            let err = file.load().expect_err(what).to_string();
-            assert!(err.contains("is corrupt"), "{what}: {err}");
-            assert!(
-                err.contains(&file.path().display().to_string()),
-                "{what}: {err}"
-            );
-            assert!(err.contains("fix:"), "{what}: {err}");
-        }
-        std::fs::write(file.path(), good).unwrap();
-        assert_eq!(file.load().unwrap(), Some(sample(42)));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn file_names_are_unique_and_safe() {
-        assert_eq!(file_name("shop", "pgoutbox"), "shop.pgoutbox.state");
-        assert_eq!(file_name("a/b", "s"), "a%2Fb.s.state");
-        assert_eq!(file_name("a.b", "s"), "a%2Eb.s.state");
-        assert_eq!(file_name("..", "s"), "%2E%2E.s.state");
-        assert_ne!(file_name("a%2Fb", "s"), file_name("a/b", "s"));
-        assert_eq!(file_name("Ü", "s"), "%C3%9C.s.state");
-    }
-
-    #[test]
-    fn default_directory_follows_systemd_then_xdg_then_home() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let all = env(&[
-            ("STATE_DIRECTORY", "/var/lib/pgoutbox:/var/lib/other"),
-            ("XDG_STATE_HOME", "/x"),
-            ("HOME", "/h"),
-        ]);
-        assert_eq!(
-            resolve_dir(Some("/d"), &all).unwrap(),
-            Some(PathBuf::from("/d"))
-        );
-        assert_eq!(resolve_dir(Some("off"), &all).unwrap(), None);
-        assert_eq!(
-            resolve_dir(None, &all).unwrap(),
-            Some(PathBuf::from("/var/lib/pgoutbox"))
-        );
-        let xdg = env(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")]);
-        assert_eq!(
-            resolve_dir(None, &xdg).unwrap(),
-            Some(PathBuf::from("/x/pgoutbox"))
-        );
-        let relative_xdg = env(&[("XDG_STATE_HOME", "rel"), ("HOME", "/h")]);
-        assert_eq!(
-            resolve_dir(None, &relative_xdg).unwrap(),
-            Some(PathBuf::from("/h/.local/state/pgoutbox"))
-        );
-        let err = resolve_dir(None, &env(&[])).unwrap_err().to_string();
-        assert!(err.contains("--state-dir"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn checkpoint_writes_only_forward_and_disabled_writes_nothing() {
-        let dir = temp_dir("checkpoint");
-        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-        file.write(&sample(100)).unwrap();
-        let cp = Checkpoint::new(file.clone(), sample(100));
-        cp.persist(Lsn(50)).await.unwrap();
-        assert_eq!(file.load().unwrap(), Some(sample(100)), "never backwards");
-        cp.persist(Lsn(300)).await.unwrap();
-        assert_eq!(file.load().unwrap(), Some(sample(300)));
-        assert_eq!(cp.persisted(), Some(Lsn(300)));
-        Checkpoint::disabled().persist(Lsn(1)).await.unwrap();
-        assert_eq!(Checkpoint::disabled().persisted(), None);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// Cost of one persist (write + 2 fsyncs + rename) on this machine's temp
-    /// directory: `cargo test --lib state::tests::persist_cost -- --ignored --nocapture`.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "a measurement, not a test"]
-    async fn persist_cost() {
-        let dir = std::env::var("PGOUTBOX_STATE_BENCH_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| temp_dir("cost"));
-        let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-        file.write(&sample(1)).unwrap();
-        let cp = Checkpoint::new(file, sample(1));
-        let mut samples = Vec::new();
-        for i in 2..202u64 {
-            let start = std::time::Instant::now();
-            cp.persist(Lsn(i)).await.unwrap();
-            samples.push(start.elapsed());
-        }
-        samples.sort();
-        eprintln!(
-            "persist in {}: p50 {:?} p99 {:?} max {:?} (200 writes)",
-            dir.display(),
-            samples[100],
-            samples[198],
-            samples[199]
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -31,7 +31,7 @@
 //!   one JSON value (also catches invalid UTF-8);
 //! - `missing-column`: the outbox table no longer has a mapped column (renamed or
 //!   dropped) — the row cannot be mapped at all;
-//! - `type-changed`: a mapped column changed type since the relay started, and
+//! - `type-changed`: a mapped column changed type since the relay first read the table, and
 //!   the records would change shape ([`crate::outbox::pinned`]);
 //! - `bad-message`: a logical decoding message with an outbox prefix whose content
 //!   is not a UTF-8 JSON object with the mapped fields ([`crate::outbox::message`]);

@@ -54,7 +54,7 @@ pub fn fix_for(cause: Cause) -> &'static str {
         Cause::InvalidJson => "the relay reads the row as it was inserted (from the WAL), so an UPDATE of its payload changes nothing: move past it with the policy below, and if the event must still go out, INSERT a copy with a JSON payload as a new row (a jsonb column makes PostgreSQL refuse such rows)",
         Cause::BadMessage => "the relay reads the message as it was emitted (from the WAL), so it cannot be corrected: move past it with the policy below, and if the event must still go out, emit it again as a JSON object with the mapped fields (sql/outbox_message.sql's outbox_emit_message builds one)",
         Cause::MissingColumn => "the outbox table was altered: restore the column, or map it to the new column name (--id-column, --key-column, --payload-column, --route-by-field) and restart",
-        Cause::TypeChanged => "the row is in the WAL with the new type, so changing the column back (ALTER TABLE … ALTER COLUMN … TYPE …) helps only rows written after that; once consumers accept records of the new shape, restart the relay: a relay pins the types of the first row it reads (the pins live in the process, not the state file), so from this row on it writes the new type",
+        Cause::TypeChanged => "the row is in the WAL with the new type, so changing the column back (ALTER TABLE … ALTER COLUMN … TYPE …) helps only rows written after that; once consumers accept records of the new shape, start the relay once with --accept-type-change: it drops the types it kept (in the state file) and pins those of the first row it reads, so from this row on it writes the new type",
     }
 }
 
