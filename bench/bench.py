@@ -156,6 +156,15 @@ def proc_wakeups(pid):
     return sum(voluntary for _, voluntary, _, _ in threads.values()) if threads is not None else None
 
 
+def thread_wakeups(pid):
+    """Voluntary context switches per thread name (same-named threads summed), {} once
+    the process is gone: which thread wakes how often."""
+    out = {}
+    for name, voluntary, _, _ in (wakeups.sample(pid) or {}).values():
+        out[name] = out.get(name, 0) + voluntary
+    return out
+
+
 def thread_cpu(pid):
     """CPU seconds per thread name (/proc/PID/task/*/comm; same-named threads summed)."""
     out = {}
@@ -907,11 +916,13 @@ class Bench:
         p, lines, _, _ = self.start_relay("l_relay", binary)
         ws = self.slot_state("l_relay", "0/0")[1]
         cpu0, ws0, wk0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
+        by_thread0 = thread_wakeups(p.pid)
         n, achieved = self.pgbench("outbox", rate, secs)
         end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
         t_end = time.time()
         t_confirmed, _ = self.wait_confirmed(p, lines, "l_relay", end, 120)
         cpu1, ws1, wk1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
+        by_thread = {k: v - by_thread0.get(k, 0) for k, v in thread_wakeups(p.pid).items()}
         stats = self.stop_relay(p, lines)
         self.drop_slots("l_relay")
         events = stats.get("acked", 0)
@@ -921,6 +932,7 @@ class Bench:
                 # builds before it was logged.
                 "in_kafka_p50_us": stats.get("in_kafka_p50_us"), "in_kafka_p99_us": stats.get("in_kafka_p99_us"),
                 "wakeups": wk1 - wk0 if wk0 is not None and wk1 is not None else None,
+                "wakeups_by_thread": by_thread,
                 # Writing ended → the slot confirmed past its WAL end (the last
                 # events' commit→ack, then the confirm; with the publication watch, at
                 # most one reading a second).
@@ -1014,7 +1026,10 @@ class Bench:
                         + (f", {x['cpu_seconds'] * 1e6 / x['events']:.1f} µs CPU/ev" if x.get("events") and
                            x.get("cpu_seconds") else "")
                         + (f", backend {x['pg_backend_cpu_seconds'] * 1e6 / x['events']:.1f} µs CPU/ev"
-                           if x.get("events") and x.get("pg_backend_cpu_seconds") is not None else ""))
+                           if x.get("events") and x.get("pg_backend_cpu_seconds") is not None else "")
+                        + (", wake-ups/ev " + ", ".join(f"{k} {v / x['events']:.2f}" for k, v in
+                                                         sorted(x["wakeups_by_thread"].items(), key=lambda kv: -kv[1]))
+                           if x.get("events") and x.get("wakeups_by_thread") else ""))
 
     # ---- poll mode (issue 15) ---------------------------------------------------
     def poll_setup(self):

@@ -29,7 +29,6 @@ mod first_writes;
 mod heartbeat;
 mod keepalive;
 mod layouts;
-mod lazy_reports;
 mod logs;
 mod messages;
 mod migrations;

@@ -9,9 +9,6 @@
 //!                                                  ProducerContext::delivery → channel
 //! ```
 //!
-//! A wake-up can be made lazy ([`QueueWakeup::set_eager`]): the signal is then only
-//! raised, for the next serve, without waking anyone.
-//!
 //! Invariants: the callback is registered from [`QueueWakeup::new`] until
 //! [`Drop`], and unregistered before the [`Notify`] it points to is freed (librdkafka
 //! calls it under the queue's lock, and unregistering takes that lock, so no call is
@@ -19,8 +16,7 @@
 //! it belongs to is dropped — the owner keeps a `QueueWakeup` in a field declared
 //! before the producer's. librdkafka signals only on the empty → non-empty edge:
 //! whoever is woken must serve the queue until it is empty ([`QueueWakeup::pending`]).
-//! A signal with nobody waiting is kept (a [`Notify`] permit), never lost; a lazy
-//! signal is kept in the raised flag, and turning eagerness back on wakes for it.
+//! A signal with nobody waiting is kept (a [`Notify`] permit), never lost.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,8 +32,6 @@ use tokio::sync::Notify;
 struct Signal {
     /// An event landed on the empty queue since [`QueueWakeup::take`] last ran.
     raised: AtomicBool,
-    /// Whether a raise also wakes the waiting task ([`QueueWakeup::set_eager`]).
-    eager: AtomicBool,
     notify: Notify,
 }
 
@@ -61,10 +55,8 @@ unsafe extern "C" fn wake(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c_void) {
     // SAFETY: `opaque` is `Arc::as_ptr` of the `Signal` that `QueueWakeup` keeps
     // alive until it unregistered this callback.
     let signal = unsafe { &*(opaque as *const Signal) };
-    signal.raised.store(true, Ordering::SeqCst);
-    if signal.eager.load(Ordering::SeqCst) {
-        signal.notify.notify_one();
-    }
+    signal.raised.store(true, Ordering::Release);
+    signal.notify.notify_one();
 }
 
 impl QueueWakeup {
@@ -74,7 +66,6 @@ impl QueueWakeup {
         // never signal (the queue was not empty when they came).
         let signal = Arc::new(Signal {
             raised: AtomicBool::new(true),
-            eager: AtomicBool::new(true),
             notify: Notify::new(),
         });
         // SAFETY: `native_ptr` is a live client; the returned handle is ours to
@@ -100,23 +91,12 @@ impl QueueWakeup {
     /// Whether the queue was signalled since the last call (clears the flag): the
     /// caller must then serve it until [`QueueWakeup::pending`] is 0. Lock-free.
     pub fn take(&self) -> bool {
-        self.signal.raised.swap(false, Ordering::SeqCst)
-    }
-
-    /// Whether an event on the empty queue wakes the waiting task (on by default).
-    /// Off, it is only raised ([`QueueWakeup::take`]), and whoever runs next for
-    /// another reason serves it: one thread wake-up fewer per delivery report. Turned
-    /// back on with the queue raised, it wakes the task at once.
-    pub fn set_eager(&self, on: bool) {
-        self.signal.eager.store(on, Ordering::SeqCst);
-        if on && self.signal.raised.load(Ordering::SeqCst) {
-            self.signal.notify.notify_one();
-        }
+        self.signal.raised.swap(false, Ordering::AcqRel)
     }
 
     /// Signal again: the caller leaves events on the queue for a later turn.
     pub fn rearm(&self) {
-        self.signal.raised.store(true, Ordering::SeqCst);
+        self.signal.raised.store(true, Ordering::Release);
         self.signal.notify.notify_one();
     }
 

@@ -15,14 +15,6 @@
 //! the caller replaces the producer and resumes from the slot. The status tick
 //! only runs while it has work (`Session::has_tick_work`): an idle session wakes
 //! only for the server, the producer, shutdown and the progress line.
-//!
-//! Lazy delivery reports (issue 29): while nothing waits on them (the in-flight
-//! window has room, no record is parked or held, no drain, at-least-once), a
-//! delivery report does not wake the loop: it is served when the loop wakes next
-//! for new WAL, which at a live rate comes within a millisecond or so, and at
-//! most [`LAZY_REPORTS`] after the last WAL message — one thread wake-up fewer
-//! per event. The commit→ack latency the relay records then includes that wait.
-//! Whenever something waits on reports, they wake the loop as before.
 
 use std::sync::Arc;
 
@@ -68,9 +60,6 @@ enum Step {
     Progress,
     Watch(Result<Reading, WatchError>),
     Committed(Result<Lsn, TxnError>),
-    /// [`LAZY_REPORTS`] passed since the last WAL message with records in flight:
-    /// the next turn serves their reports.
-    ReportsDue,
 }
 
 /// How a session's loop ended without an error.
@@ -83,11 +72,6 @@ enum End {
 
 /// WAL messages handled per wake-up of the loop when more are already queued.
 const WAL_BATCH: usize = 256;
-
-/// How long a delivery report may wait for the loop's next wake-up while nothing
-/// waits on it (see the module docs): after the last WAL message, the loop wakes
-/// for the reports itself when records are in flight.
-pub const LAZY_REPORTS: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// One replication session: the stream, the producer and the relay core.
 pub struct Session<'a> {
@@ -251,10 +235,6 @@ impl<'a> Session<'a> {
         if let Some(watch) = &mut self.watch {
             watch.want(Lsn::INVALID, std::time::Instant::now());
         }
-        let reports_due = tokio::time::sleep(LAZY_REPORTS);
-        tokio::pin!(reports_due);
-        // Armed by WAL, fired once: a stalled broker does not make it tick.
-        let mut reports_armed = false;
         loop {
             let committing = self.eos.as_ref().is_some_and(ExactlyOnce::committing);
             if let Some(deadline) =
@@ -265,10 +245,6 @@ impl<'a> Session<'a> {
             let can_read = self.relay.can_read() && !committing;
             let ticking = drain_deadline.is_some() || self.has_tick_work();
             let reading = self.watch.as_ref().is_some_and(PublicationWatch::reading);
-            let lazy = self.reports_can_wait(can_read, drain_deadline.is_some());
-            self.sink.wake_on_reports(!lazy);
-            let reports_pending =
-                reports_armed && lazy && self.relay.tracker().in_flight_records() > 0;
             let step = tokio::select! {
                 biased;
                 // PRIORITY 1: shutdown: stop reading WAL, drain in-flight records.
@@ -286,8 +262,6 @@ impl<'a> Session<'a> {
                 reading = finished(&mut self.watch), if reading => Step::Watch(reading),
                 // Exactly-once: the transaction's commit came back.
                 result = committed(&mut self.eos), if committing => Step::Committed(result),
-                // Lazy reports: no WAL for a while, records in flight.
-                () = &mut reports_due, if reports_pending => Step::ReportsDue,
             };
             match step {
                 Step::Shutdown => {
@@ -323,26 +297,10 @@ impl<'a> Session<'a> {
                 Step::Wal(Some(Ok(message))) => {
                     self.on_wal_batch(message)?;
                     self.maybe_commit()?;
-                    reports_due.as_mut().reset(Instant::now() + LAZY_REPORTS);
-                    reports_armed = true;
                 }
-                // Served by the delivery branch on the next turn.
-                Step::ReportsDue => reports_armed = false,
                 Step::Watch(reading) => self.on_reading(reading)?,
             }
         }
-    }
-
-    /// Whether delivery reports may wait for the loop's next wake-up (see the
-    /// module docs): nothing waits on them — the window has room (`can_read`), no
-    /// record waits for queue space, none is held by the producer, no drain, no
-    /// exactly-once transaction.
-    fn reports_can_wait(&self, can_read: bool, draining: bool) -> bool {
-        can_read
-            && !draining
-            && self.eos.is_none()
-            && !self.relay.waiting_for_queue()
-            && self.sink.held() == 0
     }
 
     /// Whether a status tick has work: records in flight (stall watch), an LSN to

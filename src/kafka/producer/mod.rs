@@ -131,9 +131,6 @@ pub struct KafkaSink {
     held_bytes: usize,
     /// Whether records are held while a round is in flight.
     rounds: bool,
-    /// Whether a delivery report wakes [`KafkaSink::next_delivery`]'s caller
-    /// ([`KafkaSink::wake_on_reports`]).
-    eager: bool,
     scrubber: Scrubber,
     /// What [`KafkaSink::renew`] builds a new producer from.
     config: ClientConfig,
@@ -162,7 +159,6 @@ impl KafkaSink {
             held: std::collections::VecDeque::new(),
             held_bytes: 0,
             rounds: false,
-            eager: true,
             scrubber,
             config: config.clone(),
             metrics,
@@ -273,7 +269,6 @@ impl KafkaSink {
             self.metrics.clone(),
             self.outage.clone(),
         )?;
-        polled.wakeup.set_eager(self.eager);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = polled.clone();
         let old = std::mem::replace(&mut self.polled, polled);
         // Nothing the old producer holds may reach the broker once the new one
@@ -294,17 +289,6 @@ impl KafkaSink {
             tracing::warn!(error = %err, "cannot start a thread to drop the old producer");
         }
         Ok(())
-    }
-
-    /// Whether a delivery report wakes a caller waiting in
-    /// [`KafkaSink::next_delivery`] (the default). Off, reports wait for the next
-    /// call made for another reason (new WAL, a timer), which serves them first: one
-    /// thread wake-up fewer per record when the caller is not waiting on them.
-    pub fn wake_on_reports(&mut self, on: bool) {
-        if self.eager != on {
-            self.eager = on;
-            self.polled.wakeup.set_eager(on);
-        }
     }
 
     /// Hold records back while a round is in flight (see [`ROUND_AT`]): what the
