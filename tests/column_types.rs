@@ -20,6 +20,7 @@
 use crate::slot_safety::{slot, start, stop, topic};
 use crate::support;
 
+use pgoutbox::pg::lsn::Lsn;
 use support::kafka::{Broker, Reader};
 use support::workload::current_lsn;
 use support::{temp_dir, PgCluster, Pgoutbox, TestDb, WAIT};
@@ -84,31 +85,19 @@ fn a_bigint_key_made_text_stops_the_relay_before_the_row_and_tail_shows_it() {
     tail_args.extend_from_slice(SCHEMAS);
     let mut tail = Pgoutbox::spawn(&tail_args);
     tail.wait_stderr("tailing outbox", WAIT);
-    let mut relay = start(&db, &broker, &state, SCHEMAS);
+    let relay = start(&db, &broker, &state, SCHEMAS);
     insert(&db, "7", "'{}'");
     let mut reader = Reader::new(&broker, &[topic(&db, "order")]);
     reader.read_until("the row before the change", WAIT, |r| r.len() == 1);
     db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE text");
     let before = current_lsn(&db);
     let id = insert(&db, "'7'", "'{}'");
-    let status = relay.wait_exit(WAIT);
-    let log = relay.stderr();
-    let said = log.lines().last().unwrap_or_default();
-    assert_eq!(status.code(), Some(4), "a poison row's stop:\n{log}");
-    for needle in [
-        id.as_str(),
-        "type-changed",
-        "\"aggregate_id\" changed type from bigint to text",
-        "an int64 → a string",
-        "ALTER TABLE",
-        "--accept-type-change",
-    ] {
-        assert!(said.contains(needle), "{needle} in: {said}");
-    }
-    let (confirmed, _) = slot(&db).expect("the slot");
-    assert!(
-        confirmed <= before,
-        "the slot passed the row: {confirmed} > {before}"
+    stops_before(
+        &db,
+        relay,
+        &id,
+        before,
+        &["an int64 → a string", "ALTER TABLE"],
     );
     // tail saw both Relations too: the same diagnosis.
     let lines = tail.take_lines(2, WAIT);
@@ -116,6 +105,30 @@ fn a_bigint_key_made_text_stops_the_relay_before_the_row_and_tail_shows_it() {
     assert_eq!(second["poison"]["cause"], "type-changed", "{}", lines[1]);
     assert_eq!(second["poison"]["action"], "fail", "{}", lines[1]);
     accept_the_new_type(&db, &broker, &state, &mut reader);
+}
+
+/// `relay` exits with a poison row's status before row `id` (written after WAL
+/// position `before`), its last line naming the row, the change, the fix and `more`;
+/// the slot is not confirmed past the row.
+fn stops_before(db: &TestDb<'_>, mut relay: Pgoutbox, id: &str, before: Lsn, more: &[&str]) {
+    let status = relay.wait_exit(WAIT);
+    let log = relay.stderr();
+    assert_eq!(status.code(), Some(4), "a poison row's stop:\n{log}");
+    let said = log.lines().last().unwrap_or_default();
+    let needles = [
+        id,
+        "type-changed",
+        "\"aggregate_id\" changed type from bigint to text",
+        "--accept-type-change",
+    ];
+    for needle in needles.iter().chain(more) {
+        assert!(said.contains(needle), "{needle} in: {said}");
+    }
+    let (confirmed, _) = slot(db).expect("the slot");
+    assert!(
+        confirmed <= before,
+        "the slot passed the row: {confirmed} > {before}"
+    );
 }
 
 /// A plain restart stops at the same row (the types are kept in the state file);
@@ -159,24 +172,8 @@ fn a_type_change_made_while_the_relay_was_stopped_stops_the_next_start() {
     db.psql("ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE text");
     let before = current_lsn(&db);
     let id = insert(&db, "'7'", "'{}'");
-    let mut relay = start(&db, &broker, &state, SCHEMAS);
-    let status = relay.wait_exit(WAIT);
-    let log = relay.stderr();
-    assert_eq!(status.code(), Some(4), "a poison row's stop:\n{log}");
-    let said = log.lines().last().unwrap_or_default();
-    for needle in [
-        id.as_str(),
-        "type-changed",
-        "\"aggregate_id\" changed type from bigint to text",
-        "--accept-type-change",
-    ] {
-        assert!(said.contains(needle), "{needle} in: {said}");
-    }
-    let (confirmed, _) = slot(&db).expect("the slot");
-    assert!(
-        confirmed <= before,
-        "the slot passed the row: {confirmed} > {before}"
-    );
+    let relay = start(&db, &broker, &state, SCHEMAS);
+    stops_before(&db, relay, &id, before, &[]);
     reader.settle(std::time::Duration::from_millis(500));
     assert_eq!(reader.records.len(), 1, "nothing past the stop was sent");
     accept_the_new_type(&db, &broker, &state, &mut reader);

@@ -36,8 +36,10 @@
 //!
 //! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
 //! by the current producer, held ones included (reports of a replaced producer are
-//! discarded, and so are the records held for it); held records reach librdkafka
-//! in the order `send` took them, and before any record `send` hands over at once; no text
+//! discarded, and so are the records held for it); the held records of a topic reach
+//! librdkafka in the order `send` took them, and before any later record of that
+//! topic (records of a topic whose first write is in flight may wait while other
+//! topics' go on, see `first_writes`); no text
 //! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
 //! logged or returned before secret configuration values are scrubbed from it;
 //! librdkafka's client errors and warning log lines go through one
@@ -302,9 +304,10 @@ impl KafkaSink {
     }
 
     /// Take one record. On success a [`Delivery`] with `tag` follows. While a round
-    /// is in flight ([`KafkaSink::hold_rounds`]), or the producer's first write to a
-    /// topic (`first_writes`), the record is held and handed over after it; a refusal of a held record then arrives as that
-    /// delivery's error (a size refusal carries [`RefusedRecord`], as the broker's).
+    /// is in flight ([`KafkaSink::hold_rounds`]), or the producer's first write to the
+    /// record's topic (`first_writes`), the record is held and handed over after it;
+    /// a refusal of a held record then arrives as that delivery's error (a size
+    /// refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
         self.begin_if_needed(record)?;
         // A producer's first write to a topic goes alone (see `first_writes`):
