@@ -11,6 +11,7 @@
 //! request of it stands for such a first one: a refused first request is the case
 //! the sink must make safe.
 
+use crate::debezium::fixtures::java_partition;
 use crate::mock_kafka::{mock, next, record, sink, BROKERS};
 
 use std::collections::BTreeMap;
@@ -26,6 +27,14 @@ use crate::support::kafka::Reader;
 const PRODUCERS: usize = 8;
 /// Records each of them sends at once, one per request (`batch.num.messages=1`).
 const PER_PRODUCER: usize = 40;
+
+/// A key the Java partitioner puts on `partition` of `partitions`.
+fn key_on(partition: u32, partitions: u32) -> String {
+    (0..)
+        .map(|k| format!("key-{k}"))
+        .find(|k| java_partition(k.as_bytes(), partitions) == partition)
+        .expect("a key for every partition")
+}
 
 fn record_to(topic: &str, n: usize) -> KafkaRecord {
     KafkaRecord {
@@ -92,5 +101,72 @@ async fn a_new_producers_first_request_refused_as_retriable_is_not_overtaken() {
     assert!(
         unplaced.is_empty() && out_of_order.is_empty(),
         "records not acked with an offset: {unplaced:?}\nread out of send order: {out_of_order:?}"
+    );
+}
+
+/// The broker keeps a producer's sequence per partition, and a broker makes itself
+/// leader of a new topic's partitions one after another (Apache Kafka's
+/// `applyLocalLeadersDelta`): a topic's first ack vouches for its own partition
+/// only. After it, the first request to another partition is refused as retriable
+/// while that partition's later requests are in flight. Every record must be acked
+/// with the broker's offset and read back in the order sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_partitions_first_request_refused_as_retriable_is_not_overtaken() {
+    const PARTITIONS: u32 = 2;
+    let mock = mock();
+    let topic = "first.writes.partitions";
+    mock.create_topic(topic, PARTITIONS as i32, BROKERS)
+        .expect("create topic");
+    let mut sink = sink(&mock, &[("batch.num.messages", "1")]);
+    let keyed = |n: usize, partition: u32| KafkaRecord {
+        key: Some(key_on(partition, PARTITIONS).into()),
+        ..record_to(topic, n)
+    };
+    // The topic's first write, to partition 0, acked with an offset.
+    sink.send(&keyed(0, 0), 0).expect("first record taken");
+    let first = next(&mut sink).await;
+    assert!(first.result.is_ok(), "first record: {:?}", first.result);
+    // Then partition 1's first request is refused, its next ones in flight.
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+    );
+    let mut results: BTreeMap<usize, Result<(), DeliveryError>> = BTreeMap::new();
+    for n in 1..=PER_PRODUCER {
+        loop {
+            match sink.send(&keyed(n, 1), n) {
+                Ok(()) => break,
+                Err(SendError::QueueFull) => {
+                    let d = next(&mut sink).await;
+                    results.insert(d.tag, d.result);
+                }
+                Err(SendError::Refused(err)) => panic!("record {n} refused: {err}"),
+            }
+        }
+    }
+    while results.len() < PER_PRODUCER {
+        let d = next(&mut sink).await;
+        results.insert(d.tag, d.result);
+    }
+    let unplaced: Vec<String> = results
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().err().map(|e| format!("record {n}: {e}")))
+        .collect();
+    let acked = results.values().filter(|r| r.is_ok()).count();
+    let mut reader = Reader::new(&mock.bootstrap_servers(), &[topic.to_owned()]);
+    reader.read_until("the acked records", Duration::from_secs(60), |r| {
+        r.len() > acked
+    });
+    let read: Vec<String> = (reader.records.iter())
+        .filter(|c| c.partition == 1)
+        .map(|c| c.id())
+        .collect();
+    let sent: Vec<String> = (1..=PER_PRODUCER)
+        .filter(|n| results[n].is_ok())
+        .map(|n| format!("event-{n}"))
+        .collect();
+    assert!(
+        unplaced.is_empty() && read == sent,
+        "records not acked with an offset: {unplaced:?}\npartition 1 read {read:?}"
     );
 }

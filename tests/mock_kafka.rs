@@ -81,6 +81,30 @@ pub(crate) fn ledger(ns: impl IntoIterator<Item = usize>) -> Ledger {
     ledger
 }
 
+/// Records `from..from + 10` (keys `key-0` to `key-9`, on every partition of
+/// [`TOPIC`]) sent and acked: the producer's first write to each partition, which
+/// goes alone (`first_writes`), is made, so what follows is the steady state.
+/// `from` must be a multiple of 10.
+pub(crate) async fn warm(sink: &mut KafkaSink, from: usize) {
+    let keys = (0..10).map(|k| format!("key-{k}"));
+    let on: std::collections::HashSet<u32> = keys
+        .map(|k| crate::debezium::fixtures::java_partition(k.as_bytes(), PARTITIONS as u32))
+        .collect();
+    assert_eq!(
+        on.len(),
+        PARTITIONS as usize,
+        "the keys cover every partition"
+    );
+    assert_eq!(from % 10, 0, "keys key-0 to key-9");
+    let outcome = send_all(sink, from..from + 10).await;
+    assert_eq!(
+        outcome.acked(),
+        10,
+        "the first writes: {:?}",
+        outcome.failed()
+    );
+}
+
 /// What happened to records sent through [`send_all`].
 #[derive(Debug, Default)]
 struct Outcome {
@@ -353,17 +377,17 @@ async fn slow_acks_are_absorbed_by_backpressure_within_the_queue_cap() {
         &mock,
         &[("queue.buffering.max.messages", "50"), ("linger.ms", "0")],
     );
-    // A producer's first write to a topic goes alone, the rest held meanwhile
+    // A producer's first write to a partition goes alone, the rest held meanwhile
     // (`first_writes`): made before the fault, so what follows is the steady state.
-    assert_eq!(send_all(&mut sink, 0..1).await.acked(), 1);
+    warm(&mut sink, 0).await;
     for broker in 1..=BROKERS {
         mock.broker_round_trip_time(broker, Duration::from_millis(300))
             .unwrap();
     }
     let start = Instant::now();
-    let outcome = send_all(&mut sink, 1..500).await;
+    let outcome = send_all(&mut sink, 10..500).await;
     eprintln!(
-        "slow acks (300 ms): 499 records in {:?}, queue full {} times, librdkafka's out-queue peaked at {} (cap {cap} messages)",
+        "slow acks (300 ms): 490 records in {:?}, queue full {} times, librdkafka's out-queue peaked at {} (cap {cap} messages)",
         start.elapsed(),
         outcome.queue_full,
         outcome.max_in_flight

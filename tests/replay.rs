@@ -93,6 +93,11 @@ async fn a_time_range_replays_its_thousand_events_as_run_sent_them() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    // What the relay logged besides its acks: why it sent a record twice, if it did.
+    let relay_log: String = (relay.stderr().lines())
+        .filter(|l| !l.contains(" acked topic="))
+        .collect::<Vec<_>>()
+        .join("\n");
     drop(relay);
 
     // --to without an offset: UTC.
@@ -120,15 +125,22 @@ async fn a_time_range_replays_its_thousand_events_as_run_sent_them() {
 
     reader.read_until("1,000 replayed records", WAIT * 3, |r| r.len() >= 2400);
     reader.settle(std::time::Duration::from_secs(2));
-    assert_eq!(
-        reader.records.len(),
-        2400,
-        "nothing beyond the range was sent"
-    );
     let (replayed, original): (Vec<&Consumed>, Vec<&Consumed>) = reader
         .records
         .iter()
         .partition(|r| r.header(HEADER).is_some());
+    let distinct =
+        |records: &[&Consumed]| records.iter().map(|r| r.id()).collect::<HashSet<_>>().len();
+    assert_eq!(
+        reader.records.len(),
+        2400,
+        "nothing beyond the range was sent, nothing twice: {} replayed ({} ids), {} from run \
+         ({} ids); run logged:\n{relay_log}",
+        replayed.len(),
+        distinct(&replayed),
+        original.len(),
+        distinct(&original),
+    );
     assert_eq!(original.len(), 1400);
     let expected: HashSet<String> = db
         .psql(

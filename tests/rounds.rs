@@ -12,19 +12,17 @@ use bytes::Bytes;
 use pgoutbox::kafka::producer::{KafkaSink, SendError, HELD_MAX, HOLD_BELOW, ROUND_AT};
 use support::verify::verify;
 
-use crate::mock_kafka::{ledger, mock, next, read_back, record, sink, Mock, BROKERS};
+use crate::mock_kafka::{ledger, mock, next, read_back, record, sink, warm, Mock, BROKERS};
 use crate::support;
 
 /// A sink with rounds on whose records are from now on never acked: its
-/// producer's first write to the topic (which goes alone, `first_writes`) is made
-/// and acked first, then the mock's brokers answer after an hour, so the counts
+/// producer's first write to each partition (which goes alone, `first_writes`) is
+/// made and acked first, then the mock's brokers answer after an hour, so the counts
 /// are exact. Keep the mock until the sink is dropped.
 async fn unacked_sink(options: &[(&str, &str)]) -> (Mock, KafkaSink) {
     let mock = mock();
     let mut sink = sink(&mock, options);
-    sink.send(&record(FIRST), FIRST).expect("the first write");
-    let first = next(&mut sink).await;
-    assert!(first.result.is_ok(), "the first write: {:?}", first.result);
+    warm(&mut sink, FIRST).await;
     for broker in 1..=BROKERS {
         mock.broker_round_trip_time(broker, Duration::from_secs(3600))
             .unwrap();
@@ -33,7 +31,7 @@ async fn unacked_sink(options: &[(&str, &str)]) -> (Mock, KafkaSink) {
     (mock, sink)
 }
 
-/// The tag of [`unacked_sink`]'s first write.
+/// The tag of [`unacked_sink`]'s first write (its first writes: `FIRST..FIRST + 10`).
 const FIRST: usize = 1_000_000;
 
 /// Records `0..n` sent; each must be taken.
@@ -59,10 +57,9 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
             .unwrap();
     }
     let mut sink = sink(&mock, &[]);
+    // The producer's first write to each partition goes alone (`first_writes`).
+    warm(&mut sink, FIRST).await;
     sink.hold_rounds(true);
-    // The producer's first write to the topic goes alone (`first_writes`).
-    sink.send(&record(FIRST), FIRST).expect("the first write");
-    assert!(next(&mut sink).await.result.is_ok(), "the first write");
     let total = 300;
     assert!(total - ROUND_AT <= HELD_MAX);
     send(&mut sink, 0..ROUND_AT);
@@ -95,8 +92,8 @@ async fn records_wait_for_the_round_in_flight_then_go_together_in_order() {
         mock.broker_round_trip_time(broker, Duration::ZERO).unwrap();
     }
     let verdict = verify(
-        &ledger(std::iter::once(FIRST).chain(0..total)),
-        &read_back(&mock, total + 1),
+        &ledger((FIRST..FIRST + 10).chain(0..total)),
+        &read_back(&mock, total + 10),
     );
     verdict.assert_no_loss();
     assert_eq!(verdict.duplicated_total, 0, "{verdict:?}");

@@ -9,6 +9,6 @@
 //! - [`relay`]: the relay itself against tansu with an imported configuration,
 //!   read back by a consumer.
 
-mod fixtures;
+pub(crate) mod fixtures;
 mod golden;
 mod relay;

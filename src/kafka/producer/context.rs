@@ -27,6 +27,7 @@ use crate::outbox::record::{id_text_of, size_of};
 
 use super::first_writes::FirstWrites;
 use super::outcome::{delivery_error, header_value};
+use super::partitioner::JavaPartitioner;
 use super::Delivery;
 
 pub(super) struct Context {
@@ -39,6 +40,8 @@ pub(super) struct Context {
     pub(super) outage: Arc<Outage>,
     /// Shared with [`Polled`]: the probe's report opens the gate.
     pub(super) first_writes: Arc<FirstWrites>,
+    /// Installed while `partitioner` is the relay's default (`murmur2_random`).
+    pub(super) partitioner: Option<JavaPartitioner>,
 }
 
 /// The outage log shared by the producers of one sink, with a flag read lock-free
@@ -150,8 +153,12 @@ fn is_own_setting_notice(facility: &str, message: &str) -> bool {
     facility == "CONFWARN" && message.contains("enable.gapless.guarantee is experimental")
 }
 
-impl ProducerContext for Context {
+impl ProducerContext<JavaPartitioner> for Context {
     type DeliveryOpaque = usize;
+
+    fn get_custom_partitioner(&self) -> Option<&JavaPartitioner> {
+        self.partitioner.as_ref()
+    }
 
     fn delivery(&self, result: &DeliveryResult<'_>, tag: usize) {
         self.unreported.fetch_sub(1, Ordering::Relaxed);
@@ -162,7 +169,7 @@ impl ProducerContext for Context {
         };
         let unplaced = result.is_ok() && outcome.is_err();
         self.first_writes
-            .reported(message.topic(), tag, outcome.is_ok());
+            .reported(message.topic(), message.partition(), tag, outcome.is_ok());
         if unplaced {
             tracing::warn!(
                 topic = %message.topic(),
@@ -267,7 +274,7 @@ pub(super) struct Polled {
     pub(super) unreported: Arc<AtomicUsize>,
     /// Shared with the producer's [`Context`].
     pub(super) first_writes: Arc<FirstWrites>,
-    pub(super) producer: BaseProducer<Context>,
+    pub(super) producer: BaseProducer<Context, JavaPartitioner>,
     /// Held while serving the main queue: one poller at a time, so reports reach
     /// the channel in the order librdkafka queued them.
     pub(super) serving: Mutex<()>,

@@ -36,10 +36,11 @@
 //!
 //! Invariants: exactly one [`Delivery`] is reported for every record `send` accepted
 //! by the current producer, held ones included (reports of a replaced producer are
-//! discarded, and so are the records held for it); the held records of a topic reach
-//! librdkafka in the order `send` took them, and before any later record of that
-//! topic (records of a topic whose first write is in flight may wait while other
-//! topics' go on, see `first_writes`); no text
+//! discarded, and so are the records held for it); the held records of a partition
+//! reach librdkafka in the order `send` took them, and before any later record of
+//! that partition (records of a partition whose first write is in flight, or of a
+//! topic whose first write is, may wait while others go on, see `first_writes`); no
+//! text
 //! from librdkafka (log lines, client errors, delivery errors, fatal errors) is
 //! logged or returned before secret configuration values are scrubbed from it;
 //! librdkafka's client errors and warning log lines go through one
@@ -54,8 +55,10 @@
 //! - `context`: librdkafka's callbacks (delivery reports, client errors, log lines)
 //!   and the one-poller-at-a-time serving of the main queue;
 //! - `rounds`: which records wait for the round in flight, and for how long;
-//! - `first_writes`: a producer's first write to a topic goes alone (a broker
+//! - `first_writes`: a producer's first write to a partition goes alone (a broker
 //!   accepts any sequence from a producer id new to a partition);
+//! - `partitioner`: the Java client's placement of keyed records, which also tells
+//!   `first_writes` each topic's partition count;
 //! - `transactions`: an exactly-once producer's blocking transactional calls
 //!   ([`Transactions`]) and how their failures are classified ([`TxnError`]).
 //!
@@ -68,6 +71,7 @@
 mod context;
 mod first_writes;
 mod outcome;
+mod partitioner;
 mod rounds;
 mod transactions;
 
@@ -92,13 +96,14 @@ use crate::outbox::record::{id_text_of, KafkaRecord};
 use self::context::{Context, Outage, Polled};
 use self::first_writes::FirstWrites;
 use self::outcome::{delivery_error, header_value};
+use self::partitioner::JavaPartitioner;
 use self::rounds::{base_record, headers_of, HeldRecord, Record, FLUSH_STEP};
 
 /// Why `send` did not take a record.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// librdkafka's queue is full, or the record waits for a producer's first write
-    /// to a topic (`first_writes`): retry after deliveries came back.
+    /// to its partition (`first_writes`): retry after deliveries came back.
     #[error("producer queue is full")]
     QueueFull,
     /// The record was refused.
@@ -237,7 +242,11 @@ impl KafkaSink {
         let (tx, deliveries) = mpsc::unbounded_channel();
         let unreported = Arc::new(AtomicUsize::new(0));
         let first_writes = Arc::new(FirstWrites::new(config.get("transactional.id").is_none()));
-        let producer: BaseProducer<Context> = config
+        // librdkafka's own murmur2_random places records identically; the relay's
+        // also tells the first-write gate each topic's partition count.
+        let partitioner = (config.get("partitioner") == Some("murmur2_random"))
+            .then(|| JavaPartitioner::new(first_writes.clone()));
+        let producer: BaseProducer<Context, JavaPartitioner> = config
             .create_with_context(Context {
                 deliveries: tx.clone(),
                 unreported: unreported.clone(),
@@ -245,6 +254,7 @@ impl KafkaSink {
                 scrubber: scrubber.clone(),
                 outage,
                 first_writes: first_writes.clone(),
+                partitioner,
             })
             .map_err(|err| CreateError {
                 message: scrubber.scrub(&err.to_string()),
@@ -305,17 +315,18 @@ impl KafkaSink {
 
     /// Take one record. On success a [`Delivery`] with `tag` follows. While a round
     /// is in flight ([`KafkaSink::hold_rounds`]), or the producer's first write to the
-    /// record's topic (`first_writes`), the record is held and handed over after it;
+    /// record's partition (`first_writes`), the record is held and handed over after it;
     /// a refusal of a held record then arrives as that delivery's error (a size
     /// refusal carries [`RefusedRecord`], as the broker's).
     pub fn send(&mut self, record: &KafkaRecord, tag: usize) -> Result<(), SendError> {
         self.begin_if_needed(record)?;
-        // A producer's first write to a topic goes alone (see `first_writes`):
-        // while it is in flight the topic's other records wait. A record of
+        // A producer's first write to a partition goes alone (see `first_writes`):
+        // while it is in flight the partition's other records wait. A record of
         // HOLD_BELOW bytes or more waits like one a full queue sent back, not held:
         // its size refusal must still come from `send` itself.
         let large = record.size() >= HOLD_BELOW;
-        let gated = self.polled.first_writes.gated(&record.topic);
+        let key = record.key.as_deref();
+        let gated = self.polled.first_writes.gated(&record.topic, key);
         if large && gated {
             return Err(SendError::QueueFull);
         }
@@ -326,11 +337,11 @@ impl KafkaSink {
             // is full: this record waits its turn.
             return Err(SendError::QueueFull);
         }
-        // The held records just handed over may have begun with this topic's first
+        // The held records just handed over may have begun with this partition's first
         // write.
-        if hold || self.polled.first_writes.gated(&record.topic) {
+        if hold || self.polled.first_writes.gated(&record.topic, key) {
             if large || !self.room() {
-                // Held records of topics whose first write is in flight fill the
+                // Held records of partitions whose first write is in flight fill the
                 // bound: this record waits for a report.
                 return Err(SendError::QueueFull);
             }
@@ -376,14 +387,15 @@ impl KafkaSink {
         // Counted before librdkafka has it: its report may be served (by the
         // prober, on another thread) before `send` returns.
         self.polled.unreported.fetch_add(1, Ordering::Relaxed);
+        let tag = base.delivery_opaque;
         let probe = self
             .polled
             .first_writes
-            .before_send(base.topic, base.delivery_opaque);
+            .before_send(base.topic, base.key, tag);
         self.polled.producer.send(base).inspect_err(|(_, back)| {
             self.polled.unreported.fetch_sub(1, Ordering::Relaxed);
             if probe {
-                self.polled.first_writes.not_sent(back.topic);
+                self.polled.first_writes.not_sent(back.topic, tag);
             }
         })
     }
@@ -400,7 +412,7 @@ impl KafkaSink {
     }
 
     /// Hand the held records over, in order, when no round is in flight (`force`:
-    /// whatever is in flight), except those of a topic whose first write is in
+    /// whatever is in flight), except those of a partition whose first write is in
     /// flight (`first_writes`), which keep waiting in order. Stops at a full queue
     /// (`true`: the rest waits for the next call); a record librdkafka refuses is
     /// reported on the delivery channel.
@@ -408,11 +420,11 @@ impl KafkaSink {
         if self.held.is_empty() || (!force && self.round_in_flight()) {
             return false;
         }
-        // Records left behind for their topic's first write, in order.
+        // Records left behind for their partition's first write, in order.
         let mut waiting = std::collections::VecDeque::new();
         let mut full = false;
         while let Some(held) = self.held.pop_front() {
-            if self.polled.first_writes.gated(&held.topic) {
+            if (self.polled.first_writes).gated(&held.topic, held.key.as_deref()) {
                 waiting.push_back(held);
                 continue;
             }
@@ -565,7 +577,7 @@ impl KafkaSink {
                     .serving
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                // A full queue, or a topic's first write in flight, left records
+                // A full queue, or a partition's first write in flight, left records
                 // held: flush a little, then hand over more.
                 let wait = if self.held.is_empty() {
                     left

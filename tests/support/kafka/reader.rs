@@ -162,6 +162,12 @@ impl Reader {
         Self::at(brokers.to_owned(), extra, positions)
     }
 
+    /// How many partitions of `topic` it reads (as the metadata said at the start).
+    pub fn partitions_of(&self, topic: &str) -> u32 {
+        let n = self.positions.keys().filter(|(t, _)| t == topic).count();
+        u32::try_from(n).expect("partition count")
+    }
+
     /// A reader that reads on from `positions`, with nothing read yet.
     fn at(
         brokers: String,
