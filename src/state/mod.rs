@@ -135,6 +135,8 @@ pub struct WatermarkRecord {
     pub transactional_id: String,
 }
 
+mod render;
+
 mod lsn_text {
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -333,11 +335,14 @@ impl StateFile {
     /// Replace the file atomically with `state`: write a temporary file next to it,
     /// fsync it, rename it over the old one, fsync the directory.
     pub fn write(&self, state: &SlotState) -> Result<(), StateError> {
-        write_atomically(&self.path, state.to_text().as_bytes()).map_err(|error| {
-            StateError::Write {
-                path: self.path.clone(),
-                error,
-            }
+        self.write_text(&state.to_text())
+    }
+
+    /// [`StateFile::write`] of a state's text ([`SlotState::to_text`]).
+    fn write_text(&self, text: &str) -> Result<(), StateError> {
+        write_atomically(&self.path, text.as_bytes()).map_err(|error| StateError::Write {
+            path: self.path.clone(),
+            error,
         })
     }
 }
@@ -390,6 +395,8 @@ struct Persisted {
     pins: Option<PinnedTypes>,
     file: StateFile,
     state: SlotState,
+    /// The text around the LSN, while nothing else changes.
+    rendered: render::Rendered,
 }
 
 impl Persisted {
@@ -398,7 +405,8 @@ impl Persisted {
         if let Some(pins) = &self.pins {
             next.pinned_types = pins.kept();
         }
-        self.file.write(&next)?;
+        let text = self.rendered.text(&next);
+        self.file.write_text(&text)?;
         self.state = next;
         Ok(())
     }
@@ -438,6 +446,7 @@ impl Checkpoint {
                 pins: None,
                 file,
                 state,
+                rendered: render::Rendered::default(),
             }))),
         }
     }

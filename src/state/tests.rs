@@ -13,7 +13,7 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn sample(lsn: u64) -> SlotState {
+pub(super) fn sample(lsn: u64) -> SlotState {
     SlotState::new("7351234567890123456", 1, "shop", "pgoutbox", Lsn(lsn))
 }
 
