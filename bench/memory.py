@@ -89,12 +89,19 @@ def status_kb(pid, field):
     return None
 
 
-def scrape(port):
-    """(records, bytes) in flight from the relay's /metrics, None when unreadable."""
+def metrics_text(port):
+    """The relay's /metrics page, None when unreadable."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-            text = r.read().decode()
+            return r.read().decode()
     except OSError:
+        return None
+
+
+def scrape(port):
+    """(records, bytes) in flight from the relay's /metrics, None when unreadable."""
+    text = metrics_text(port)
+    if text is None:
         return None
     get = lambda name: int(float(re.search(rf"^{name} (\S+)$", text, re.M).group(1)))
     try:
@@ -105,10 +112,8 @@ def scrape(port):
 
 def published(port):
     """Records acked so far (every topic), from the relay's /metrics; None when unreadable."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-            text = r.read().decode()
-    except OSError:
+    text = metrics_text(port)
+    if text is None:
         return None
     return sum(int(float(v)) for v in re.findall(r"^outbox_events_published_total\{[^}]*\} (\S+)$", text, re.M))
 
