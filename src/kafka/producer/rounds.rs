@@ -5,8 +5,8 @@
 //! [`KafkaRecord`] becomes the [`BaseRecord`] librdkafka borrows.
 //!
 //! Invariant: a held record owns what `BaseRecord` borrows (the payload buffers are
-//! shared, not copied), and the held records of a topic reach librdkafka in the
-//! order `send` took them.
+//! shared, not copied), and the held records of a partition reach librdkafka in
+//! the order `send` took them.
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
