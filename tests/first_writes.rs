@@ -12,12 +12,10 @@
 //! the sink must make safe.
 
 use crate::debezium::fixtures::java_partition;
-use crate::mock_kafka::{mock, next, record, sink, BROKERS};
+use crate::mock_kafka::{mock, next, record, send_records, sink, BROKERS};
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use pgoutbox::kafka::producer::{DeliveryError, KafkaSink, SendError};
 use pgoutbox::outbox::record::KafkaRecord;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
@@ -34,34 +32,6 @@ fn key_on(partition: u32, partitions: u32) -> String {
         .map(|k| format!("key-{k}"))
         .find(|k| java_partition(k.as_bytes(), partitions) == partition)
         .expect("a key for every partition")
-}
-
-/// Send each `(tag, record)` (waiting for a report whenever the sink is full) and
-/// collect every record's report.
-async fn send_all(
-    sink: &mut KafkaSink,
-    records: impl Iterator<Item = (usize, KafkaRecord)>,
-) -> BTreeMap<usize, Result<(), DeliveryError>> {
-    let mut results = BTreeMap::new();
-    let mut sent = 0;
-    for (n, record) in records {
-        loop {
-            match sink.send(&record, n) {
-                Ok(()) => break,
-                Err(SendError::QueueFull) => {
-                    let d = next(sink).await;
-                    results.insert(d.tag, d.result);
-                }
-                Err(SendError::Refused(err)) => panic!("record {n} refused: {err}"),
-            }
-        }
-        sent += 1;
-    }
-    while results.len() < sent {
-        let d = next(sink).await;
-        results.insert(d.tag, d.result);
-    }
-    results
 }
 
 fn record_to(topic: &str, n: usize) -> KafkaRecord {
@@ -90,7 +60,7 @@ async fn a_new_producers_first_request_refused_as_retriable_is_not_overtaken() {
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
         );
         let records = (0..PER_PRODUCER).map(|n| (n, record_to(&topic, n)));
-        let results = send_all(&mut sink, records).await;
+        let results = send_records(&mut sink, records).await.results;
         for (n, result) in &results {
             if let Err(err) = result {
                 unplaced.push(format!("{topic} record {n}: {err}"));
@@ -144,7 +114,8 @@ async fn another_partitions_first_request_refused_as_retriable_is_not_overtaken(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
     );
-    let results = send_all(&mut sink, (1..=PER_PRODUCER).map(|n| (n, keyed(n, 1)))).await;
+    let records = (1..=PER_PRODUCER).map(|n| (n, keyed(n, 1)));
+    let results = send_records(&mut sink, records).await.results;
     let unplaced: Vec<String> = results
         .iter()
         .filter_map(|(n, r)| r.as_ref().err().map(|e| format!("record {n}: {e}")))

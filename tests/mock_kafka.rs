@@ -105,11 +105,11 @@ pub(crate) async fn warm(sink: &mut KafkaSink, from: usize) {
     );
 }
 
-/// What happened to records sent through [`send_all`].
+/// What happened to records sent through [`send_records`].
 #[derive(Debug, Default)]
-struct Outcome {
+pub(crate) struct Outcome {
     /// Per tag: the delivery result.
-    results: BTreeMap<usize, Result<(), DeliveryError>>,
+    pub(crate) results: BTreeMap<usize, Result<(), DeliveryError>>,
     /// `send` answered QueueFull this many times (the backpressure point).
     queue_full: usize,
     /// Highest `in_flight()` seen.
@@ -128,9 +128,17 @@ impl Outcome {
     }
 }
 
-/// Send records `ns` (tag = n) the way the pipeline does — on QueueFull wait for a
-/// report and retry — and wait for every report.
+/// Send records `ns` (tag = n, [`record`]) through [`send_records`].
 async fn send_all(sink: &mut KafkaSink, ns: impl IntoIterator<Item = usize>) -> Outcome {
+    send_records(sink, ns.into_iter().map(|n| (n, record(n)))).await
+}
+
+/// Send each `(tag, record)` the way the pipeline does — on QueueFull wait for a
+/// report and retry — and wait for every report.
+pub(crate) async fn send_records(
+    sink: &mut KafkaSink,
+    records: impl IntoIterator<Item = (usize, KafkaRecord)>,
+) -> Outcome {
     let mut out = Outcome::default();
     let mut sent = 0;
     let take = |out: &mut Outcome, d: Delivery| {
@@ -140,9 +148,9 @@ async fn send_all(sink: &mut KafkaSink, ns: impl IntoIterator<Item = usize>) -> 
             d.tag
         );
     };
-    for n in ns {
+    for (n, record) in records {
         loop {
-            match sink.send(&record(n), n) {
+            match sink.send(&record, n) {
                 Ok(()) => break,
                 Err(SendError::QueueFull) => {
                     out.queue_full += 1;
