@@ -916,13 +916,14 @@ class Bench:
         p, lines, _, _ = self.start_relay("l_relay", binary)
         ws = self.slot_state("l_relay", "0/0")[1]
         cpu0, ws0, wk0 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
-        by_thread0 = thread_wakeups(p.pid)
+        by_thread0, cpu_by_thread0 = thread_wakeups(p.pid), thread_cpu(p.pid)
         n, achieved = self.pgbench("outbox", rate, secs)
         end = self.sql.one("SELECT pg_current_wal_insert_lsn()")
         t_end = time.time()
         t_confirmed, _ = self.wait_confirmed(p, lines, "l_relay", end, 120)
         cpu1, ws1, wk1 = proc_cpu(p.pid), proc_cpu(ws) if ws else None, proc_wakeups(p.pid)
         by_thread = {k: v - by_thread0.get(k, 0) for k, v in thread_wakeups(p.pid).items()}
+        cpu_by_thread = {k: v - cpu_by_thread0.get(k, 0) for k, v in thread_cpu(p.pid).items()}
         stats = self.stop_relay(p, lines)
         self.drop_slots("l_relay")
         events = stats.get("acked", 0)
@@ -933,6 +934,10 @@ class Bench:
                 "in_kafka_p50_us": stats.get("in_kafka_p50_us"), "in_kafka_p99_us": stats.get("in_kafka_p99_us"),
                 "wakeups": wk1 - wk0 if wk0 is not None and wk1 is not None else None,
                 "wakeups_by_thread": by_thread,
+                # Which thread spends the CPU (µs per event), beside which wakes.
+                "thread_cpu_us_per_event": {k: round(v * 1e6 / events, 2) for k, v in
+                                            sorted(cpu_by_thread.items(), key=lambda kv: -kv[1])}
+                                           if events else {},
                 # Writing ended → the slot confirmed past its WAL end (the last
                 # events' commit→ack, then the confirm; with the publication watch, at
                 # most one reading a second).
@@ -1029,7 +1034,10 @@ class Bench:
                            if x.get("events") and x.get("pg_backend_cpu_seconds") is not None else "")
                         + (", wake-ups/ev " + ", ".join(f"{k} {v / x['events']:.2f}" for k, v in
                                                          sorted(x["wakeups_by_thread"].items(), key=lambda kv: -kv[1]))
-                           if x.get("events") and x.get("wakeups_by_thread") else ""))
+                           if x.get("events") and x.get("wakeups_by_thread") else "")
+                        + (", CPU µs/ev " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                      list(x["thread_cpu_us_per_event"].items())[:3])
+                           if x.get("thread_cpu_us_per_event") else ""))
 
     # ---- poll mode (issue 15) ---------------------------------------------------
     def poll_setup(self):

@@ -28,7 +28,12 @@ async fn capture_pgoutput_seeds() {
     let mut client = ReplicationClient::connect(&info).await.unwrap();
     let start = client.create_logical_slot("seeds", true).await.unwrap();
     let mut stream = client
-        .start_pgoutput("seeds", start, &["everything".to_owned()])
+        .start_pgoutput(
+            "seeds",
+            start,
+            &["everything".to_owned()],
+            std::time::Duration::ZERO,
+        )
         .await
         .unwrap();
     db.psql(

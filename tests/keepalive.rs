@@ -11,6 +11,10 @@ use pgoutbox::pg::source::protocol::ReplicationMessage;
 use pgoutbox::pg::source::replication::{ReplicationClient, QUEUE_BYTES};
 use support::{wait_for, PgCluster, WAIT};
 
+/// The relay's default `--wal-linger`: these guarantees hold while the stream
+/// lingers.
+const LINGER: Duration = Duration::from_millis(2);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_consumer_survives_a_two_second_wal_sender_timeout() {
     let db = PgCluster::shared().fresh_db();
@@ -25,7 +29,7 @@ async fn paused_consumer_survives_a_two_second_wal_sender_timeout() {
     );
     let start = client.create_logical_slot("paused", true).await.unwrap();
     let mut stream = client
-        .start_pgoutput("paused", start, &["pgoutbox".to_owned()])
+        .start_pgoutput("paused", start, &["pgoutbox".to_owned()], LINGER)
         .await
         .unwrap();
     assert_eq!(stream.status_interval(), Duration::from_secs(1));
@@ -79,7 +83,7 @@ async fn idle_stream_is_not_mistaken_for_a_dead_one() {
     let mut client = ReplicationClient::connect(&info).await.unwrap();
     let start = client.create_logical_slot("idle", true).await.unwrap();
     let mut stream = client
-        .start_pgoutput("idle", start, &["pgoutbox".to_owned()])
+        .start_pgoutput("idle", start, &["pgoutbox".to_owned()], LINGER)
         .await
         .unwrap();
     assert_eq!(stream.receive_timeout(), Duration::from_secs(2));
@@ -120,7 +124,7 @@ async fn a_paused_consumer_of_large_rows_queues_at_most_the_bytes_budget() {
     let mut client = ReplicationClient::connect(&info).await.unwrap();
     let start = client.create_logical_slot("large", true).await.unwrap();
     let mut stream = client
-        .start_pgoutput("large", start, &["pgoutbox".to_owned()])
+        .start_pgoutput("large", start, &["pgoutbox".to_owned()], LINGER)
         .await
         .unwrap();
     // 40 rows of ~100 KB (4 MB, four times the budget), one transaction each.

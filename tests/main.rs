@@ -52,3 +52,4 @@ mod tail;
 mod tls;
 mod tls_auth;
 mod unmapped;
+mod wal_linger;

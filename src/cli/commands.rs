@@ -206,6 +206,19 @@ pub struct RunArgs {
     )]
     pub kafka_rounds: bool,
 
+    /// At live rates, read the replication stream in batches: after reading, wait
+    /// up to this long before reading again, so the transactions that arrive
+    /// meanwhile are read, handed to Kafka and acknowledged together — one wake-up
+    /// of each of the relay's threads per batch instead of per transaction. The
+    /// first event after a quiet spell is read at once, a backlog (16 KiB waiting)
+    /// is read at once, and an event waits at most this long. Measured at 1,000
+    /// one-row transactions/s with synchronous_commit=on: about 30 % less relay CPU
+    /// per event for about 1 ms more p50 commit→ack latency. Needs TCP to the server
+    /// (SO_RCVLOWAT); over a Unix socket the stream is read as it arrives. `0` reads
+    /// every transaction as it arrives.
+    #[arg(long, env = "PGOUTBOX_WAL_LINGER", default_value = "2ms", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub wal_linger: std::time::Duration,
+
     /// Serve /metrics (Prometheus), /livez and /readyz here; `off` disables it.
     /// Loopback by default: exposing it is a deliberate choice (0.0.0.0:10737).
     #[arg(

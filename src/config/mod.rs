@@ -53,6 +53,10 @@ use crate::secret::Secret;
 use crate::state;
 use crate::tail::{TailConfig, TailFormat};
 
+/// The longest `--wal-linger` taken: past it the linger stops trading a little
+/// latency for CPU and only delays events.
+pub const MAX_WAL_LINGER: Duration = Duration::from_secs(1);
+
 /// A configuration error, reported before anything connects.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -117,6 +121,9 @@ pub enum ConfigError {
         interval: String,
         suggested: String,
     },
+    /// `--wal-linger` past [`MAX_WAL_LINGER`].
+    #[error("--wal-linger {0} is longer than {max}: every event that follows another within it waits up to that long before it is read; fix: use a few milliseconds (the default is 2ms), or 0 to read every transaction as it arrives", max = humantime::format_duration(MAX_WAL_LINGER))]
+    WalLinger(humantime::FormattedDuration),
     /// Unparseable `--http-addr`.
     #[error("invalid --http-addr {0:?}: expected ip:port like 127.0.0.1:10737, or off")]
     HttpAddr(String),
@@ -347,6 +354,11 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
     if args.max_in_flight_bytes == 0 {
         return Err(ConfigError::ZeroWindow("max-in-flight-bytes"));
     }
+    if args.wal_linger > MAX_WAL_LINGER {
+        return Err(ConfigError::WalLinger(humantime::format_duration(
+            args.wal_linger,
+        )));
+    }
     let (format, placements) = format(&args.format)?;
     let mut tables = routing.specs(&source.tables)?;
     for spec in &mut tables {
@@ -394,6 +406,7 @@ fn build_run(args: &RunArgs, overrides: &TableOverrides) -> Result<RunConfig, Co
         brokers,
         kafka_options,
         kafka_rounds: args.kafka_rounds,
+        wal_linger: args.wal_linger,
         pipeline,
         max_backoff: Duration::from_secs(5),
         http_addr: match args.http_addr.trim() {

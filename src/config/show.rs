@@ -79,6 +79,10 @@ pub fn show_toml(cfg: &RunConfig) -> String {
         .collect();
     line("kafka_option", list(options));
     line("kafka_rounds", cfg.kafka_rounds.to_string());
+    line(
+        "wal_linger",
+        q(&humantime::format_duration(cfg.wal_linger).to_string()),
+    );
     if cfg.source.messages_only {
         line("messages_only", "true".to_owned());
     } else {

@@ -87,6 +87,8 @@ pub struct RunConfig {
     pub kafka_options: KafkaOptions,
     /// `--kafka-rounds`: hold small records while a round is in flight.
     pub kafka_rounds: bool,
+    /// `--wal-linger`: how long reads of the replication stream are gathered.
+    pub wal_linger: Duration,
     /// The relay loop's settings.
     pub pipeline: PipelineConfig,
     /// Longest wait between reconnect attempts.
@@ -536,6 +538,7 @@ async fn session(
             &cfg.slot,
             resume.start_lsn(),
             std::slice::from_ref(&cfg.source.publication),
+            cfg.wal_linger,
         )
         .await
         .map_err(|e| explain(guard, e))?;

@@ -172,7 +172,12 @@ async fn stream(
             }
         };
         let stream = repl
-            .start_pgoutput(&slot, start, &[publication.to_owned()])
+            .start_pgoutput(
+                &slot,
+                start,
+                &[publication.to_owned()],
+                std::time::Duration::ZERO,
+            )
             .await?;
         Ok::<_, TailError>((stream, slot, start))
     };

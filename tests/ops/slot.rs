@@ -108,7 +108,12 @@ async fn teardown_refuses_an_active_slot() {
     let stream = ReplicationClient::connect(&info)
         .await
         .unwrap()
-        .start_pgoutput(&slot, Lsn::INVALID, &["pgoutbox".to_owned()])
+        .start_pgoutput(
+            &slot,
+            Lsn::INVALID,
+            &["pgoutbox".to_owned()],
+            std::time::Duration::ZERO,
+        )
         .await
         .unwrap();
     let active_sql = format!(

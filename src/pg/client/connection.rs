@@ -28,6 +28,7 @@
 use crate::pg::client::error::{io, io_error, with_auth_hint};
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -72,6 +73,9 @@ impl SimpleRow {
 /// An authenticated connection, ready for queries.
 pub struct PgConnection {
     stream: Box<dyn Transport>,
+    /// The TCP socket under `stream` (plain or TLS; `None` over a Unix socket), for
+    /// socket options set while streaming. Valid as long as `stream` is.
+    tcp_fd: Option<RawFd>,
     read_buf: BytesMut,
     write_buf: BytesMut,
     params: HashMap<String, String>,
@@ -99,21 +103,24 @@ impl PgConnection {
             what: "no host given".into(),
         })?;
         let target = describe(addr);
-        let (stream, binding): (Box<dyn Transport>, TlsBinding) = match &addr.host {
+        let (stream, binding, tcp_fd): (Box<dyn Transport>, TlsBinding, _) = match &addr.host {
             Host::Unix(dir) => {
                 let path = dir.join(format!(".s.PGSQL.{}", addr.port));
                 let sock = tokio::net::UnixStream::connect(&path)
                     .await
                     .map_err(io(format!("connecting to {target}")))?;
-                (Box::new(sock), TlsBinding::NotTls)
+                (Box::new(sock), TlsBinding::NotTls, None)
             }
             Host::Tcp(host) => {
                 let tcp = connect_tcp(single, addr, host, &target).await?;
-                Self::maybe_tls(single, host, &target, tcp).await?
+                let fd = tcp.as_raw_fd();
+                let (stream, binding) = Self::maybe_tls(single, host, &target, tcp).await?;
+                (stream, binding, Some(fd))
             }
         };
         let mut conn = PgConnection {
             stream,
+            tcp_fd,
             read_buf: BytesMut::with_capacity(64 * 1024),
             write_buf: BytesMut::new(),
             params: HashMap::new(),
@@ -485,9 +492,10 @@ impl PgConnection {
         frontend::query(sql, &mut self.write_buf).map_err(io("encoding Query"))
     }
 
-    /// Give up the connection: the transport and any bytes already read.
-    pub(crate) fn into_parts(self) -> (Box<dyn Transport>, BytesMut, String) {
-        (self.stream, self.read_buf, self.target)
+    /// Give up the connection: the transport, any bytes already read, the target's
+    /// description and the TCP socket under the transport (valid while it is).
+    pub(crate) fn into_parts(self) -> (Box<dyn Transport>, BytesMut, String, Option<RawFd>) {
+        (self.stream, self.read_buf, self.target, self.tcp_fd)
     }
 }
 

@@ -32,6 +32,11 @@
 //!   grown past [`READ_BUF_KEEP`] for one large message is given back once that
 //!   message was parsed.
 //! - A keepalive asking for a reply is answered as soon as it is parsed.
+//! - At live rates reads are gathered ([`linger`], `--wal-linger`): after a read,
+//!   the socket is read again when the linger is over or 16 KiB wait, whichever
+//!   comes first. Only the timing of reads changes; every rule above holds, and a
+//!   linger is capped at a quarter of the receive timeout so it never looks like
+//!   silence.
 //! - A connection that went silent is given up, never waited on forever. While the
 //!   task reads, something must arrive within the receive timeout (the session's
 //!   `wal_sender_timeout`, 60 s when that is disabled): after half of it without a
@@ -66,16 +71,14 @@ use crate::pg::names::{quote_ident, quote_literal};
 use crate::pg::source::protocol::{encode_standby_status, parse_copy_data, ReplicationMessage};
 use crate::pg::timestamp::now_pg_micros;
 
-/// Upper bound for the status-update interval.
-const MAX_STATUS_INTERVAL: Duration = Duration::from_secs(10);
-/// Receive timeout when the server's `wal_sender_timeout` is disabled (0): the
-/// default of PostgreSQL's own `wal_receiver_timeout`.
-const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(60);
-
 mod budget;
+mod linger;
+mod timers;
 
 use budget::{oversized, send_front, Queued, READ_CHUNK};
 pub use budget::{QUEUE_BYTES, QUEUE_MESSAGES};
+pub use timers::parse_pg_duration;
+use timers::Timers;
 
 /// The pgoutput protocol version to request from a server: the highest it supports
 /// (1 on PostgreSQL ≤ 13, 2 on 14, 3 on 15, 4 on 16+).
@@ -192,6 +195,7 @@ impl ReplicationClient {
         slot: &str,
         start: Lsn,
         publications: &[String],
+        linger: Duration,
     ) -> Result<ReplicationStream, PgError> {
         let version = self.server_version_num();
         // A SQL_ASCII database stores bytes with no encoding: asking the server to
@@ -245,7 +249,7 @@ impl ReplicationClient {
                 Err(e) => return Err(e),
             }
         }
-        Ok(ReplicationStream::spawn(self.conn, slot, timers))
+        Ok(ReplicationStream::spawn(self.conn, slot, timers, linger))
     }
 }
 
@@ -253,51 +257,6 @@ fn unexpected(context: &str, what: &str) -> PgError {
     PgError::Unexpected {
         context: context.to_owned(),
         what: what.to_owned(),
-    }
-}
-
-/// Parse a `SHOW` duration such as `60s`, `2500ms`, `1min`, `1h`, `0`.
-pub fn parse_pg_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (num, unit) = text.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let ms = match unit.trim() {
-        "" | "ms" => n,
-        "s" => n.checked_mul(1000)?,
-        "min" => n.checked_mul(60_000)?,
-        "h" => n.checked_mul(3_600_000)?,
-        "d" => n.checked_mul(86_400_000)?,
-        _ => return None,
-    };
-    Some(Duration::from_millis(ms))
-}
-
-/// The stream's clocks, derived from the session's `wal_sender_timeout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Timers {
-    /// Between timer-driven status updates: `min(10 s, wal_sender_timeout / 2)`, so
-    /// the server hears from us well within its timeout.
-    status_interval: Duration,
-    /// Silence after which the connection is given up: the same limit the server
-    /// applies to us, so neither side waits on a dead peer longer than the other.
-    receive_timeout: Duration,
-}
-
-impl Timers {
-    fn for_wal_sender_timeout(wal_sender_timeout: Option<Duration>) -> Self {
-        match wal_sender_timeout {
-            Some(t) => Timers {
-                status_interval: (t / 2).min(MAX_STATUS_INTERVAL),
-                receive_timeout: t,
-            },
-            None => Timers {
-                status_interval: MAX_STATUS_INTERVAL,
-                receive_timeout: DEFAULT_RECEIVE_TIMEOUT,
-            },
-        }
     }
 }
 
@@ -325,8 +284,8 @@ pub struct ReplicationStream {
 }
 
 impl ReplicationStream {
-    fn spawn(conn: PgConnection, slot: &str, timers: Timers) -> Self {
-        let (transport, read_buf, target) = conn.into_parts();
+    fn spawn(conn: PgConnection, slot: &str, timers: Timers, linger: Duration) -> Self {
+        let (transport, read_buf, target, tcp_fd) = conn.into_parts();
         let (reader, writer) = tokio::io::split(transport);
         let (tx, events) = mpsc::channel(QUEUE_MESSAGES);
         let queued = Arc::new(Queued::default());
@@ -351,6 +310,8 @@ impl ReplicationStream {
             last_heard: tokio::time::Instant::now(),
             pinged: false,
             silence: Box::pin(tokio::time::sleep(timers.receive_timeout / 2)),
+            // Never long enough to look like silence to the watchdog.
+            linger: linger::WalLinger::new(tcp_fd, linger.min(timers.receive_timeout / 4)),
         };
         let span = tracing::info_span!("replication_stream", slot = %slot);
         crate::task::spawn(
@@ -445,6 +406,7 @@ enum Event {
     Forwarded,
     Room,
     Read(std::io::Result<()>),
+    LingerOver,
     Silence,
 }
 
@@ -472,6 +434,8 @@ struct StreamTask {
     /// The silence watchdog: one timer for the stream's life, moved only when it
     /// fires early (reads just note `last_heard`; see [`StreamTask::silence_due`]).
     silence: Pin<Box<Sleep>>,
+    /// Reads gathered at live rates (see [`linger`]); its socket is the reader's.
+    linger: linger::WalLinger,
 }
 
 impl StreamTask {
@@ -528,6 +492,8 @@ impl StreamTask {
             _ = queued.space.notified(), if has_pending && !has_room => Event::Room,
             // PRIORITY 5: read more from the server, only when nothing is queued.
             read = read_more(&mut self.reader, &mut self.read_buf), if !has_pending => Event::Read(read),
+            // PRIORITY 5b: the linger is over: read what came meanwhile.
+            () = self.linger.over(), if !has_pending && self.linger.lingering() => Event::LingerOver,
             // PRIORITY 6: the silence watchdog, only while reading.
             _ = self.silence.as_mut(), if !has_pending => Event::Silence,
         };
@@ -550,8 +516,13 @@ impl StreamTask {
                     source,
                 })?;
                 self.heard();
+                self.linger.after_read();
                 self.parse_frames().await?;
                 Ok(self.forward_ready())
+            }
+            Event::LingerOver => {
+                self.linger.end();
+                Ok(true)
             }
             Event::Silence if !self.silence_due() => Ok(true),
             Event::Silence if self.pinged => Err(PgError::StreamTimeout {
@@ -765,30 +736,5 @@ mod tests {
         assert_eq!(pgoutput_proto_version(150018), 3);
         assert_eq!(pgoutput_proto_version(160000), 4);
         assert_eq!(pgoutput_proto_version(180001), 4);
-    }
-
-    #[test]
-    fn durations_from_show() {
-        assert_eq!(parse_pg_duration("60s"), Some(Duration::from_secs(60)));
-        assert_eq!(
-            parse_pg_duration("2500ms"),
-            Some(Duration::from_millis(2500))
-        );
-        assert_eq!(parse_pg_duration("1min"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_pg_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_pg_duration("1 fortnight"), None);
-    }
-
-    #[test]
-    fn timers_follow_wal_sender_timeout() {
-        let t = Timers::for_wal_sender_timeout(Some(Duration::from_secs(60)));
-        assert_eq!(t.status_interval, Duration::from_secs(10));
-        assert_eq!(t.receive_timeout, Duration::from_secs(60));
-        let t = Timers::for_wal_sender_timeout(Some(Duration::from_secs(4)));
-        assert_eq!(t.status_interval, Duration::from_secs(2));
-        assert_eq!(t.receive_timeout, Duration::from_secs(4));
-        let t = Timers::for_wal_sender_timeout(None);
-        assert_eq!(t.status_interval, MAX_STATUS_INTERVAL);
-        assert_eq!(t.receive_timeout, DEFAULT_RECEIVE_TIMEOUT);
     }
 }
