@@ -175,3 +175,43 @@ fn a_linger_past_a_second_is_refused() {
         "{err}"
     );
 }
+
+/// An event that arrives while the stream lingers is read when the linger is over,
+/// with nothing else arriving: lowering the mark must wake the stream by itself
+/// (else the last events of a burst would wait for the next one, or for a
+/// keepalive tens of seconds later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_event_of_a_burst_is_read_when_the_linger_ends() {
+    const SHORT: Duration = Duration::from_secs(1);
+    let db = PgCluster::shared().fresh_db();
+    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
+    let info = ConnInfo::parse(&db.url()).unwrap();
+    let mut client = ReplicationClient::connect(&info).await.unwrap();
+    let start = client.create_logical_slot("burst_end", true).await.unwrap();
+    let mut stream = client
+        .start_pgoutput("burst_end", start, &["pgoutbox".to_owned()], SHORT)
+        .await
+        .unwrap();
+    let mut decoder = Decoder::new();
+    let insert = |id: &str| {
+        db.psql(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('linger', '{id}', 'Lingered', '{{}}')"
+        ))
+    };
+    insert("first");
+    assert_eq!(inserts(&mut stream, &mut decoder, 1, SOON).await, ["first"]);
+    let first_read = tokio::time::Instant::now();
+    insert("last");
+    assert_eq!(
+        inserts(&mut stream, &mut decoder, 1, SOON).await,
+        ["last"],
+        "the event that came during the linger must be read when it ends"
+    );
+    let waited = first_read.elapsed();
+    assert!(
+        waited >= SHORT.mul_f64(0.9),
+        "read {waited:?} after the first: before the {SHORT:?} linger was over"
+    );
+    stream.close().await.unwrap();
+}

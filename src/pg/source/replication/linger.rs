@@ -218,33 +218,60 @@ mod tests {
         assert_eq!(rcvlowat(client.as_raw_fd()), 1);
     }
 
-    /// What the stream relies on: below the mark the kernel does not signal
-    /// readiness, yet a non-blocking read returns what is there; lowering the mark
-    /// signals at once.
+    /// An edge-triggered epoll on `fd`, as tokio registers a socket: it reports an
+    /// edge only when the kernel signals the socket, never a level.
+    struct Edges(std::os::fd::OwnedFd);
+
+    impl Edges {
+        fn on(fd: RawFd) -> Self {
+            // SAFETY: plain syscalls on descriptors of ours; the epoll fd is owned
+            // from here on.
+            unsafe {
+                let ep = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+                assert!(ep >= 0, "{}", std::io::Error::last_os_error());
+                let mut event = libc::epoll_event {
+                    events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                    u64: 0,
+                };
+                let rc = libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut event);
+                assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+                Self(std::os::fd::FromRawFd::from_raw_fd(ep))
+            }
+        }
+
+        /// Whether an edge came within `timeout_ms`.
+        fn fired(&self, timeout_ms: i32) -> bool {
+            let mut event = libc::epoll_event { events: 0, u64: 0 };
+            // SAFETY: one event buffer of ours, for the call.
+            let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), &mut event, 1, timeout_ms) };
+            n == 1
+        }
+    }
+
+    /// What the stream relies on, seen as tokio sees it (edge-triggered epoll):
+    /// bytes under the mark raise no edge, yet a non-blocking read returns them;
+    /// lowering the mark while bytes wait raises one at once (else the events of a
+    /// linger would wait for the next arrival); bytes past the mark raise one.
     #[test]
     fn the_kernel_signals_past_the_mark_and_on_lowering_it() {
         let (mut client, mut server) = pair();
         let fd = client.as_raw_fd();
         client.set_nonblocking(true).unwrap();
+        let edges = Edges::on(fd);
         set_rcvlowat(fd, LINGER_LOWAT).unwrap();
         server.write_all(&[7; 100]).unwrap();
-        let readable = |timeout_ms: i32| {
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd of ours, for the call.
-            let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-            n == 1 && pfd.revents & libc::POLLIN != 0
-        };
-        assert!(!readable(200), "100 bytes under the mark signalled");
+        assert!(!edges.fired(300), "100 bytes under the mark raised an edge");
         set_rcvlowat(fd, 1).unwrap();
-        assert!(readable(0), "lowering the mark did not signal");
+        assert!(
+            edges.fired(0),
+            "lowering the mark with bytes waiting raised no edge"
+        );
         set_rcvlowat(fd, LINGER_LOWAT).unwrap();
         let mut buf = [0; 200];
         assert_eq!(client.read(&mut buf).unwrap(), 100, "a read under the mark");
+        server.write_all(&[7; 10]).unwrap();
+        assert!(!edges.fired(300), "10 bytes under the mark raised an edge");
         server.write_all(&[7; LINGER_LOWAT as usize]).unwrap();
-        assert!(readable(5_000), "a full mark did not signal");
+        assert!(edges.fired(5_000), "a full mark raised no edge");
     }
 }
