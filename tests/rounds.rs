@@ -197,18 +197,8 @@ fn kafka_rounds_comes_from_flag_env_and_the_config_file() {
     let dir = support::temp_dir("rounds-config");
     let file = dir.join("pgoutbox.toml");
     std::fs::write(&file, "brokers = \"b:1\"\nkafka_rounds = false\n").unwrap();
-    let show = |args: &[&str], env: &[(&str, &str)]| {
-        let mut all = vec!["config", "show", "--database-url", "postgres://x@h/db"];
-        all.extend_from_slice(args);
-        let mut p = support::Pgoutbox::spawn_with_env(&all, env);
-        let status = p.wait_exit(support::WAIT);
-        assert!(status.success(), "{all:?}: {}", p.stderr());
-        let out = p.stdout_so_far().join("\n");
-        out.lines()
-            .find(|l| l.starts_with("kafka_rounds = "))
-            .unwrap_or_else(|| panic!("no kafka_rounds line: {out}"))
-            .to_owned()
-    };
+    let show =
+        |args: &[&str], env: &[(&str, &str)]| support::config_show_line(args, env, "kafka_rounds");
     assert_eq!(show(&["--brokers", "b:1"], &[]), "kafka_rounds = true");
     assert_eq!(
         show(&["--brokers", "b:1", "--kafka-rounds", "false"], &[]),

@@ -46,17 +46,27 @@ async fn inserts(
     ids
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_event_is_read_at_once_the_next_after_the_linger_or_with_a_burst() {
+/// A fresh database with an insert-only publication of the outbox, and a stream
+/// of slot `slot` lingering for `linger`. The database is returned to keep it.
+async fn lingering_stream(
+    slot: &str,
+    linger: Duration,
+) -> (support::TestDb<'static>, ReplicationStream) {
     let db = PgCluster::shared().fresh_db();
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
     let info = ConnInfo::parse(&db.url()).unwrap();
     let mut client = ReplicationClient::connect(&info).await.unwrap();
-    let start = client.create_logical_slot("linger", true).await.unwrap();
-    let mut stream = client
-        .start_pgoutput("linger", start, &["pgoutbox".to_owned()], LINGER)
+    let start = client.create_logical_slot(slot, true).await.unwrap();
+    let stream = client
+        .start_pgoutput(slot, start, &["pgoutbox".to_owned()], linger)
         .await
         .unwrap();
+    (db, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_event_is_read_at_once_the_next_after_the_linger_or_with_a_burst() {
+    let (db, mut stream) = lingering_stream("linger", LINGER).await;
     let mut decoder = Decoder::new();
     let insert = |id: &str, pad: usize| {
         db.psql(&format!(
@@ -95,15 +105,7 @@ async fn the_first_event_is_read_at_once_the_next_after_the_linger_or_with_a_bur
 /// and the `tail` command).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_linger_reads_every_event_as_it_arrives() {
-    let db = PgCluster::shared().fresh_db();
-    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
-    let info = ConnInfo::parse(&db.url()).unwrap();
-    let mut client = ReplicationClient::connect(&info).await.unwrap();
-    let start = client.create_logical_slot("eager", true).await.unwrap();
-    let mut stream = client
-        .start_pgoutput("eager", start, &["pgoutbox".to_owned()], Duration::ZERO)
-        .await
-        .unwrap();
+    let (db, mut stream) = lingering_stream("eager", Duration::ZERO).await;
     let mut decoder = Decoder::new();
     for id in ["one", "two", "three"] {
         db.psql(&format!(
@@ -126,18 +128,8 @@ fn wal_linger_comes_from_flag_env_and_the_config_file() {
     let dir = support::temp_dir("linger-config");
     let file = dir.join("pgoutbox.toml");
     std::fs::write(&file, "brokers = \"b:1\"\nwal_linger = \"5ms\"\n").unwrap();
-    let show = |args: &[&str], env: &[(&str, &str)]| {
-        let mut all = vec!["config", "show", "--database-url", "postgres://x@h/db"];
-        all.extend_from_slice(args);
-        let mut p = support::Pgoutbox::spawn_with_env(&all, env);
-        let status = p.wait_exit(support::WAIT);
-        assert!(status.success(), "{all:?}: {}", p.stderr());
-        let out = p.stdout_so_far().join("\n");
-        out.lines()
-            .find(|l| l.starts_with("wal_linger = "))
-            .unwrap_or_else(|| panic!("no wal_linger line: {out}"))
-            .to_owned()
-    };
+    let show =
+        |args: &[&str], env: &[(&str, &str)]| support::config_show_line(args, env, "wal_linger");
     assert_eq!(show(&["--brokers", "b:1"], &[]), "wal_linger = \"2ms\"");
     assert_eq!(
         show(&["--brokers", "b:1", "--wal-linger", "0"], &[]),
@@ -183,15 +175,7 @@ fn a_linger_past_a_second_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_event_of_a_burst_is_read_when_the_linger_ends() {
     const SHORT: Duration = Duration::from_secs(1);
-    let db = PgCluster::shared().fresh_db();
-    db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
-    let info = ConnInfo::parse(&db.url()).unwrap();
-    let mut client = ReplicationClient::connect(&info).await.unwrap();
-    let start = client.create_logical_slot("burst_end", true).await.unwrap();
-    let mut stream = client
-        .start_pgoutput("burst_end", start, &["pgoutbox".to_owned()], SHORT)
-        .await
-        .unwrap();
+    let (db, mut stream) = lingering_stream("burst_end", SHORT).await;
     let mut decoder = Decoder::new();
     let insert = |id: &str| {
         db.psql(&format!(
