@@ -48,13 +48,17 @@ async fn inserts(
 
 /// A fresh database with an insert-only publication of the outbox, and a stream
 /// of slot `slot` lingering for `linger`. The database is returned to keep it.
+/// The session's `wal_sender_timeout` is 30 minutes: the stream caps a linger at a
+/// quarter of it, and [`LINGER`] must apply as given, or a burst read at the end
+/// of a capped linger (15 s with the default 60 s) would pass for one read at once.
 async fn lingering_stream(
     slot: &str,
     linger: Duration,
 ) -> (support::TestDb<'static>, ReplicationStream) {
     let db = PgCluster::shared().fresh_db();
     db.psql("CREATE PUBLICATION pgoutbox FOR TABLE outbox WITH (publish = 'insert')");
-    let info = ConnInfo::parse(&db.url()).unwrap();
+    let url = format!("{}&options=-c%20wal_sender_timeout%3D30min", db.url());
+    let info = ConnInfo::parse(&url).unwrap();
     let mut client = ReplicationClient::connect(&info).await.unwrap();
     let start = client.create_logical_slot(slot, true).await.unwrap();
     let stream = client

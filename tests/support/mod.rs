@@ -27,6 +27,9 @@ pub mod tls;
 pub mod verify;
 pub mod workload;
 
+mod config_show;
+pub use config_show::config_show_line;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -591,23 +594,6 @@ pub fn on_exit(cleanup: &str) {
         .status()
         .expect("spawn watchdog");
     assert!(status.success(), "watchdog shell failed");
-}
-
-/// The `KEY = …` line `pgoutbox config show` prints for `args` (after a dummy
-/// `--database-url`) and the environment `env`: where a setting's value came from
-/// (flag > env > file > default).
-pub fn config_show_line(args: &[&str], env: &[(&str, &str)], key: &str) -> String {
-    let mut all = vec!["config", "show", "--database-url", "postgres://x@h/db"];
-    all.extend_from_slice(args);
-    let mut p = Pgoutbox::spawn_with_env(&all, env);
-    let status = p.wait_exit(WAIT);
-    assert!(status.success(), "{all:?}: {}", p.stderr());
-    let out = p.stdout_so_far().join("\n");
-    let prefix = format!("{key} = ");
-    out.lines()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no {key} line: {out}"))
-        .to_owned()
 }
 
 /// A fresh directory removed when this test process exits.

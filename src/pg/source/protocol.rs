@@ -51,6 +51,19 @@ pub enum ReplicationMessage {
     },
 }
 
+impl ReplicationMessage {
+    /// Whether this is WAL data (an event's part), not a keepalive.
+    pub fn is_wal_data(&self) -> bool {
+        matches!(self, ReplicationMessage::XLogData { .. })
+    }
+
+    /// Whether this is WAL data carrying a pgoutput Commit (`C`): the end of a
+    /// transaction.
+    pub fn is_commit(&self) -> bool {
+        matches!(self, ReplicationMessage::XLogData { data, .. } if data.first() == Some(&b'C'))
+    }
+}
+
 /// Decode the payload of one CopyData message received while streaming.
 pub fn parse_copy_data(mut data: Bytes) -> Result<ReplicationMessage, ProtocolError> {
     let tag = *data.first().ok_or(ProtocolError::Empty)?;
@@ -127,6 +140,27 @@ mod tests {
     use bytes::BufMut;
 
     use super::*;
+
+    #[test]
+    fn a_commit_is_wal_data_whose_pgoutput_tag_is_c() {
+        let wal = |data: &'static [u8]| ReplicationMessage::XLogData {
+            wal_start: Lsn(1),
+            wal_end: Lsn(2),
+            server_time: 0,
+            data: Bytes::from_static(data),
+        };
+        assert!(wal(b"C\0rest").is_commit());
+        assert!(wal(b"C").is_wal_data());
+        for other in [&b"B..."[..], b"I...", b"R...", b"M...", b""] {
+            assert!(!wal(other).is_commit(), "{other:?}");
+        }
+        let keepalive = ReplicationMessage::PrimaryKeepalive {
+            wal_end: Lsn(2),
+            server_time: 0,
+            reply_requested: false,
+        };
+        assert!(!keepalive.is_commit() && !keepalive.is_wal_data());
+    }
 
     #[test]
     fn xlogdata_and_keepalive_decode() {

@@ -20,7 +20,10 @@
 //!
 //! The first event after a quiet spell is read as it arrives; events that follow it
 //! within the linger are read together when it is over, so an event waits at most
-//! the linger, and only while events keep coming.
+//! the linger, and only while events keep coming. Only a read that ended a
+//! transaction (its last WAL message a Commit) starts a linger: a keepalive does not
+//! hold back the event after it, and a transaction whose first messages arrived
+//! alone is read to its end at once.
 //!
 //! Invariants:
 //! - Lingering only delays reads; bytes are never dropped or reordered. The socket
@@ -74,8 +77,8 @@ impl WalLinger {
         self.until.is_some()
     }
 
-    /// Something was read: gather what follows for the linger (counted from the
-    /// first read of a spell; reads during it do not extend it).
+    /// A read ended a transaction: gather what follows for the linger (counted from
+    /// the first such read of a spell; reads during it do not extend it).
     pub(super) fn after_read(&mut self) {
         let Some(fd) = self.fd else { return };
         if self.until.is_some() {

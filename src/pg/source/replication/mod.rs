@@ -516,8 +516,16 @@ impl StreamTask {
                     source,
                 })?;
                 self.heard();
-                self.linger.after_read();
                 self.parse_frames().await?;
+                // Linger only after a read that ended a transaction: a keepalive
+                // alone is no reason to hold back the event after it, and the rest
+                // of a transaction whose first messages came alone is read at once.
+                // Reads happen only with nothing pending, so `pending` holds exactly
+                // what this read brought.
+                let last_wal = self.pending.iter().rev().find(|m| m.is_wal_data());
+                if last_wal.is_some_and(ReplicationMessage::is_commit) {
+                    self.linger.after_read();
+                }
                 Ok(self.forward_ready())
             }
             Event::LingerOver => {
