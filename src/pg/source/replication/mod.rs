@@ -32,9 +32,9 @@
 //!   grown past [`READ_BUF_KEEP`] for one large message is given back once that
 //!   message was parsed.
 //! - A keepalive asking for a reply is answered as soon as it is parsed.
-//! - At live rates reads are gathered ([`linger`], `--wal-linger`): after a read,
-//!   the socket is read again when the linger is over or 16 KiB wait, whichever
-//!   comes first. Only the timing of reads changes; every rule above holds, and a
+//! - At live rates reads are gathered ([`linger`], `--wal-linger`): after a read
+//!   that ended a transaction, the socket is read again when the linger is over or
+//!   16 KiB wait, whichever comes first. Only the timing of reads changes; every rule above holds, and a
 //!   linger is capped at a quarter of the receive timeout so it never looks like
 //!   silence.
 //! - A connection that went silent is given up, never waited on forever. While the
