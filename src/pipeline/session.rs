@@ -212,7 +212,7 @@ impl<'a> Session<'a> {
                     result = Err(finding);
                 }
                 stats.confirmed = vouched;
-                self.stream.confirm(vouched);
+                self.confirm_durable(vouched);
             }
             Err(err) => {
                 tracing::error!(error = %crate::report::Report(&err), lsn = %confirmed, "not confirming")
@@ -298,7 +298,7 @@ impl<'a> Session<'a> {
                     self.on_wal_batch(message)?;
                     self.maybe_commit()?;
                 }
-                Step::Watch(reading) => self.on_reading(reading)?,
+                Step::Watch(reading) => self.on_reading(reading).await?,
             }
         }
     }
@@ -386,19 +386,19 @@ impl<'a> Session<'a> {
         self.relay.on_wal(&mut *self.sink, message)
     }
 
-    /// The one place an LSN goes to the server during a session: persist it, then
-    /// confirm it. At most once per tick, and only when it moved. Then the gauges,
-    /// with the lag counted from what the server now holds as confirmed (the same
-    /// definition as `pgoutbox status`, see [`crate::metrics`]).
+    /// Record what is delivered in the state file (at most once per tick, and only
+    /// when it moved), then confirm to the server what is vouched for. Then the
+    /// gauges, with the lag counted from what the server now holds as confirmed
+    /// (the same definition as `pgoutbox status`, see [`crate::metrics`]).
     async fn report_status(&mut self) -> Result<(), PipelineError> {
         if let Some(lsn) = self.relay.to_report() {
             let lsn = self.capped(lsn);
             if lsn > self.relay.last_reported() {
-                self.checkpoint.persist(lsn).await?;
+                self.checkpoint.record(lsn).await?;
                 self.relay.reported(lsn);
             }
         }
-        self.confirm_vouched();
+        self.confirm_vouched().await?;
         self.gauges_stale = false;
         let tracker = self.relay.tracker();
         self.metrics
@@ -410,9 +410,10 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Tell the server what is persisted and vouched for; ask the watch for a
-    /// reading when the persisted position is past what it vouched for.
-    fn confirm_vouched(&mut self) {
+    /// The one place an LSN goes to the server during a session: tell it what is
+    /// recorded and vouched for, once that is durable in the state file; ask the
+    /// watch for a reading when the recorded position is past what it vouched for.
+    async fn confirm_vouched(&mut self) -> Result<(), PipelineError> {
         let persisted = self.relay.last_reported();
         let lsn = match &mut self.watch {
             Some(watch) => {
@@ -422,21 +423,38 @@ impl<'a> Session<'a> {
             None => persisted,
         };
         if lsn > self.server_confirmed {
-            self.stream.confirm(lsn);
+            self.checkpoint.persist(lsn).await?;
+            self.confirm_durable(lsn);
             self.stream.send_status_now();
             self.server_confirmed = lsn;
         }
+        Ok(())
+    }
+
+    /// Tell the server `lsn`, which the state file holds durably (checked in debug
+    /// builds, so every integration test checks it at every confirm).
+    fn confirm_durable(&mut self, lsn: Lsn) {
+        debug_assert!(
+            self.checkpoint
+                .durable()
+                .map_or(true, |durable| durable >= lsn),
+            "confirming {lsn} past the state file's durable {:?}",
+            self.checkpoint.durable()
+        );
+        self.stream.confirm(lsn);
     }
 
     /// A reading of the publication came back: confirm what it vouched for, or
     /// stop on a change (counted, `/readyz`), or end the session on a failed
     /// reading (a new session reconnects and reads again).
-    fn on_reading(&mut self, reading: Result<Reading, WatchError>) -> Result<(), PipelineError> {
+    async fn on_reading(
+        &mut self,
+        reading: Result<Reading, WatchError>,
+    ) -> Result<(), PipelineError> {
         match reading {
             Ok(Reading::Vouched(baseline)) => {
                 self.checkpoint.keep_publication(baseline);
-                self.confirm_vouched();
-                Ok(())
+                self.confirm_vouched().await
             }
             Ok(Reading::Changed(changed)) => Err(self.changed(changed)),
             Ok(Reading::PublicationGone | Reading::Repairing) => Ok(()),

@@ -92,6 +92,12 @@ pub enum StateError {
 pub struct SlotState {
     /// Format version (`VERSION`).
     pub version: u32,
+    /// The last LSN this relay delivered (everything before it acked): the slot is
+    /// confirmed up to it once the publication watch vouched for it, never past it.
+    /// Second in the file, so that its line lies in the file's first 512 bytes
+    /// (one disk sector) for its in-place rewrites ([`lsn_field`]).
+    #[serde(with = "lsn_text")]
+    pub confirmed_lsn: Lsn,
     /// The server's system identifier (`IDENTIFY_SYSTEM`), decimal.
     pub system_id: String,
     /// The server's timeline (`IDENTIFY_SYSTEM`) when the LSN was confirmed; `None`
@@ -102,10 +108,6 @@ pub struct SlotState {
     pub database: String,
     /// Slot name.
     pub slot: String,
-    /// The last LSN this relay delivered (everything before it acked): the slot is
-    /// confirmed up to it once the publication watch vouched for it, never past it.
-    #[serde(with = "lsn_text")]
-    pub confirmed_lsn: Lsn,
     /// The publication as last found unchanged, and the WAL it vouches for
     /// ([`crate::safety::publication`]); `None` in files written before it was
     /// kept (the next start records it).
@@ -135,6 +137,7 @@ pub struct WatermarkRecord {
     pub transactional_id: String,
 }
 
+mod lsn_field;
 mod render;
 
 mod lsn_text {
@@ -143,7 +146,7 @@ mod lsn_text {
     use crate::pg::lsn::Lsn;
 
     pub fn serialize<S: Serializer>(lsn: &Lsn, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&lsn.to_string())
+        s.serialize_str(&super::lsn_field::fixed(*lsn))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Lsn, D::Error> {
@@ -176,16 +179,20 @@ impl SlotState {
 
     /// The file's text: a comment saying what it is, then TOML.
     pub fn to_text(&self) -> String {
-        let body = toml::to_string(self).unwrap_or_default();
+        let body = lsn_field::with_check(
+            &toml::to_string(self).unwrap_or_default(),
+            self.confirmed_lsn,
+        );
         format!(
-            "# pgoutbox run: the last WAL position this relay confirmed to PostgreSQL, written\n\
-             # before the server hears of it and compared with the slot at every start.\n\
+            "# pgoutbox run: the last WAL position this relay delivered, on disk before\n\
+             # PostgreSQL is told and compared with the slot at every start.\n\
              # Do not edit; see \"Slot safety\" in the README.\n{body}"
         )
     }
 
     /// Parse a file's text; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
+        lsn_field::verify(text)?;
         let state: SlotState = toml::from_str(text).map_err(|e| e.message().to_owned())?;
         if state.version != VERSION {
             return Err(format!(
@@ -335,15 +342,19 @@ impl StateFile {
     /// Replace the file atomically with `state`: write a temporary file next to it,
     /// fsync it, rename it over the old one, fsync the directory.
     pub fn write(&self, state: &SlotState) -> Result<(), StateError> {
-        self.write_text(&state.to_text())
+        self.write_text(&state.to_text()).map(drop)
     }
 
     /// [`StateFile::write`] of a state's text ([`SlotState::to_text`]).
-    fn write_text(&self, text: &str) -> Result<(), StateError> {
-        write_atomically(&self.path, text.as_bytes()).map_err(|error| StateError::Write {
+    fn write_text(&self, text: &str) -> Result<std::fs::File, StateError> {
+        write_atomically(&self.path, text.as_bytes()).map_err(|error| self.write_error(error))
+    }
+
+    fn write_error(&self, error: std::io::Error) -> StateError {
+        StateError::Write {
             path: self.path.clone(),
             error,
-        })
+        }
     }
 }
 
@@ -355,7 +366,8 @@ fn create_dir(dir: &Path) -> std::io::Result<()> {
     builder.create(dir)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Returns the new file, open for writing (its LSN's in-place rewrites).
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -369,21 +381,35 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let written = options.open(&tmp).and_then(|mut file| {
         file.write_all(bytes)?;
-        file.sync_all()
+        file.sync_all()?;
+        Ok(file)
     });
-    if let Err(err) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err);
-    }
+    let file = match written.and_then(|file| std::fs::rename(&tmp, path).map(|()| file)) {
+        Ok(file) => file,
+        Err(err) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err);
+        }
+    };
     // The rename is only durable once the directory entry is on disk.
     #[cfg(unix)]
     std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
+    Ok(file)
 }
 
-/// The pipeline's handle on the state file: persists a confirmable LSN before it may
-/// be sent to the server. Cloning shares the handle. `disabled()` (`--state-dir off`)
-/// persists nothing.
+/// The pipeline's handle on the state file: records every confirmable LSN, and makes
+/// it durable before it may be sent to the server. Cloning shares the handle.
+/// `disabled()` (`--state-dir off`) persists nothing.
+///
+/// Two kinds of write:
+/// - [`Checkpoint::record`]: while only the LSN moves, its field is rewritten in
+///   place in the open file ([`lsn_field`]), without fsync: a `kill -9` keeps it
+///   (the page cache survives the process), a power loss may take it back to the
+///   last durable LSN or leave it torn, which its check refuses at the next start.
+/// - [`Checkpoint::persist`]: the LSN recorded and then durable (`fdatasync` of the
+///   file after in-place rewrites; a whole write is durable by itself). Only an LSN
+///   persisted this way is ever confirmed to the server, so after any crash the
+///   slot's `confirmed_flush_lsn` is at most the LSN in the file.
 #[derive(Debug, Clone, Default)]
 pub struct Checkpoint {
     inner: Option<Arc<Mutex<Persisted>>>,
@@ -394,21 +420,88 @@ struct Persisted {
     /// Written into every write of the state ([`Checkpoint::pinning`]).
     pins: Option<PinnedTypes>,
     file: StateFile,
+    /// What the file holds (in the page cache at least), with what is kept for
+    /// the next write ([`Checkpoint::keep_watermark`], [`Checkpoint::keep_publication`]).
     state: SlotState,
     /// The text around the LSN, while nothing else changes.
     rendered: render::Rendered,
+    /// The file as this process last wrote it whole, open, and where its LSN's
+    /// field starts: while only the LSN moves, it is rewritten there.
+    open: Option<(std::fs::File, u64)>,
+    /// The LSN known to be on disk (fsynced): what the server may be told.
+    durable: Lsn,
 }
 
 impl Persisted {
-    /// Write `next` (with the pins of this moment) and keep it.
+    /// `state` at `lsn`, with the pins of this moment.
+    fn next(&self, lsn: Lsn) -> SlotState {
+        let mut next = self.state.clone();
+        next.confirmed_lsn = lsn;
+        if let Some(pins) = &self.pins {
+            next.pinned_types = pins.kept();
+        }
+        next
+    }
+
+    /// Write `next` whole (fsynced, so durable) and keep it.
     fn write(&mut self, mut next: SlotState) -> Result<(), StateError> {
         if let Some(pins) = &self.pins {
             next.pinned_types = pins.kept();
         }
+        self.open = None;
         let text = self.rendered.text(&next);
-        self.file.write_text(&text)?;
+        let file = self.file.write_text(&text)?;
+        self.open = (self.rendered.lsn_at(&next)).map(|at| (file, at as u64));
+        self.durable = next.confirmed_lsn;
         self.state = next;
         Ok(())
+    }
+
+    /// Rewrite the LSN's field in place when `next` differs from what the file
+    /// holds in its LSN alone (the shape last rendered is the one written, and
+    /// `state` may hold more, kept for the next write); `false` when it cannot (a
+    /// whole write is due).
+    fn rewrite_lsn(&mut self, next: &SlotState) -> Result<bool, StateError> {
+        let Some((file, at)) = &self.open else {
+            return Ok(false);
+        };
+        if self.rendered.lsn_at(next) != Some(*at as usize) {
+            return Ok(false);
+        }
+        let segment = lsn_field::segment(next.confirmed_lsn);
+        if let Err(error) = std::os::unix::fs::FileExt::write_all_at(file, segment.as_bytes(), *at)
+        {
+            self.open = None;
+            return Err(self.file.write_error(error));
+        }
+        self.state.confirmed_lsn = next.confirmed_lsn;
+        Ok(true)
+    }
+
+    /// Make what the file holds durable: `fdatasync` of the open file when it is
+    /// still the one at the path; else (replaced or removed behind this process's
+    /// back, or never written whole by it) a whole write.
+    fn sync(&mut self) -> Result<(), StateError> {
+        if let Some((file, _)) = &self.open {
+            if still_at(file, &self.file.path) {
+                if let Err(error) = file.sync_data() {
+                    self.open = None;
+                    return Err(self.file.write_error(error));
+                }
+                self.durable = self.state.confirmed_lsn;
+                return Ok(());
+            }
+        }
+        self.write(self.state.clone())
+    }
+}
+
+/// Whether `file` is the file at `path` (same device and inode).
+fn still_at(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+        _ => false,
     }
 }
 
@@ -447,11 +540,15 @@ impl Checkpoint {
                 file,
                 state,
                 rendered: render::Rendered::default(),
+                open: None,
+                // What another process left may still be only in the page cache:
+                // made durable (written whole) before anything is confirmed.
+                durable: Lsn::INVALID,
             }))),
         }
     }
 
-    /// The LSN on disk (`None` when disabled).
+    /// The LSN the file holds, durable or not yet (`None` when disabled).
     pub fn persisted(&self) -> Option<Lsn> {
         let inner = self.inner.as_ref()?;
         let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -511,15 +608,23 @@ impl Checkpoint {
         }
     }
 
-    /// Make sure `lsn` is covered by what is on disk: write it unless the file already
-    /// holds `lsn` or more. The write (fsyncs included) runs on a blocking thread.
-    /// Returns once it is durable; on error nothing may be confirmed.
-    pub async fn persist(&self, lsn: Lsn) -> Result<(), StateError> {
+    /// Record `lsn` (when past what the file holds): in place on this thread while
+    /// only the LSN moves (a `pwrite` into the page cache, no fsync); otherwise a
+    /// whole write, on a blocking thread. Not durable by itself: see
+    /// [`Checkpoint::persist`].
+    pub async fn record(&self, lsn: Lsn) -> Result<(), StateError> {
         let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
         let path = {
-            let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            if lsn <= guard.state.confirmed_lsn {
+                return Ok(());
+            }
+            let next = guard.next(lsn);
+            if guard.rewrite_lsn(&next)? {
+                return Ok(());
+            }
             guard.file.path.clone()
         };
         let write = move || {
@@ -527,11 +632,48 @@ impl Checkpoint {
             if lsn <= guard.state.confirmed_lsn {
                 return Ok(());
             }
-            let mut next = guard.state.clone();
-            next.confirmed_lsn = lsn;
+            let next = guard.next(lsn);
             guard.write(next)
         };
         blocking(write, path).await
+    }
+
+    /// Make sure `lsn` is durable in the file: record it unless the file already
+    /// holds `lsn` or more, then fsync unless that is on disk already. The write
+    /// and fsync run on a blocking thread. Returns once it is durable; on error
+    /// nothing may be confirmed.
+    pub async fn persist(&self, lsn: Lsn) -> Result<(), StateError> {
+        let Some(inner) = self.inner.clone() else {
+            return Ok(());
+        };
+        let path = {
+            let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            if lsn <= guard.durable {
+                return Ok(());
+            }
+            guard.file.path.clone()
+        };
+        let write = move || {
+            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            if lsn > guard.state.confirmed_lsn {
+                let next = guard.next(lsn);
+                if !guard.rewrite_lsn(&next)? {
+                    return guard.write(next);
+                }
+            }
+            if lsn > guard.durable {
+                guard.sync()?;
+            }
+            Ok(())
+        };
+        blocking(write, path).await
+    }
+
+    /// The LSN known to be on disk (`None` when disabled).
+    pub fn durable(&self) -> Option<Lsn> {
+        let inner = self.inner.as_ref()?;
+        let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        Some(guard.durable)
     }
 }
 

@@ -12,6 +12,7 @@
 //! exactly once in a fresh rendering, nothing is kept and every write renders in
 //! full.
 
+use super::lsn_field::segment;
 use super::SlotState;
 use crate::pg::lsn::Lsn;
 
@@ -30,13 +31,13 @@ impl Rendered {
     pub(super) fn text(&mut self, state: &SlotState) -> String {
         if let Some((shape, head, tail)) = &self.kept {
             if same_but_lsn(shape, state) {
-                return format!("{head}{}{tail}", state.confirmed_lsn);
+                return format!("{head}{}{tail}", segment(state.confirmed_lsn));
             }
         }
         let mut shape = state.clone();
         shape.confirmed_lsn = STAND_IN;
         let text = shape.to_text();
-        let stand_in = STAND_IN.to_string();
+        let stand_in = segment(STAND_IN);
         self.kept = match text.match_indices(&stand_in).collect::<Vec<_>>()[..] {
             [(at, _)] => {
                 let (head, tail) = (&text[..at], &text[at + stand_in.len()..]);
@@ -45,6 +46,14 @@ impl Rendered {
             _ => None,
         };
         state.to_text()
+    }
+
+    /// Where the LSN's field ([`segment`]) starts in the text of `state` when its
+    /// shape is the one kept (then every LSN's text differs from it in those
+    /// bytes alone).
+    pub(super) fn lsn_at(&self, state: &SlotState) -> Option<usize> {
+        let (shape, head, _) = self.kept.as_ref()?;
+        same_but_lsn(shape, state).then_some(head.len())
     }
 }
 
@@ -109,7 +118,7 @@ mod tests {
     fn a_stand_in_found_elsewhere_keeps_nothing() {
         let mut rendered = Rendered::default();
         let mut state = sample(42);
-        state.slot = "FFFFFFFF/FFFFFFFF".into();
+        state.slot = crate::state::lsn_field::segment(Lsn(u64::MAX));
         assert_eq!(rendered.text(&state), state.to_text());
         assert!(rendered.kept.is_none());
         state.confirmed_lsn = Lsn(5);

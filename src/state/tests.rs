@@ -112,7 +112,10 @@ fn write_then_load_round_trips_and_leaves_no_temporary_file() {
         .collect();
     assert_eq!(names, vec!["shop.pgoutbox.state".to_owned()]);
     let text = std::fs::read_to_string(file.path()).unwrap();
-    assert!(text.contains("confirmed_lsn = \"17/0\""), "{text}");
+    assert!(
+        text.contains("confirmed_lsn = \"00000017/00000000\" # check "),
+        "{text}"
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -147,7 +150,15 @@ fn corrupt_files_are_clear_errors_not_panics() {
         ("empty", Vec::new()),
         ("garbage", b"\x00\xff\xfe not toml".to_vec()),
         ("truncated", good.as_bytes()[..good.len() / 2].to_vec()),
-        ("bad lsn", good.replace("\"0/2A\"", "\"zz\"").into_bytes()),
+        (
+            "bad lsn",
+            good.replace("\"00000000/0000002A\"", "\"zz\"").into_bytes(),
+        ),
+        (
+            "torn lsn",
+            good.replace("00000000/0000002A", "00000000/0000003A")
+                .into_bytes(),
+        ),
         (
             "future version",
             good.replace("version = 1", "version = 9").into_bytes(),
@@ -241,8 +252,9 @@ async fn checkpoint_writes_only_forward_and_disabled_writes_nothing() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Cost of one persist (write + 2 fsyncs + rename) on this machine's temp
-/// directory: `cargo test --lib state::tests::persist_cost -- --ignored --nocapture`.
+/// Cost of a record (an in-place rewrite) and of a persist (a record and
+/// `fdatasync`) on this machine's temp directory (or `PGOUTBOX_STATE_BENCH_DIR`):
+/// `cargo test --lib state::tests::persist_cost -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a test"]
 async fn persist_cost() {
@@ -252,19 +264,135 @@ async fn persist_cost() {
     let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
     file.write(&sample(1)).unwrap();
     let cp = Checkpoint::new(file, sample(1));
-    let mut samples = Vec::new();
-    for i in 2..202u64 {
-        let start = std::time::Instant::now();
-        cp.persist(Lsn(i)).await.unwrap();
-        samples.push(start.elapsed());
+    let mut lsn = 2u64;
+    for durable in [false, true] {
+        let mut samples = Vec::new();
+        for _ in 0..200 {
+            lsn += 1;
+            let start = std::time::Instant::now();
+            if durable {
+                cp.persist(Lsn(lsn)).await.unwrap();
+            } else {
+                cp.record(Lsn(lsn)).await.unwrap();
+            }
+            samples.push(start.elapsed());
+        }
+        samples.sort();
+        eprintln!(
+            "{} in {}: p50 {:?} p99 {:?} max {:?} (200 writes)",
+            if durable { "persist" } else { "record" },
+            dir.display(),
+            samples[100],
+            samples[198],
+            samples[199]
+        );
     }
-    samples.sort();
-    eprintln!(
-        "persist in {}: p50 {:?} p99 {:?} max {:?} (200 writes)",
-        dir.display(),
-        samples[100],
-        samples[198],
-        samples[199]
-    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+#[tokio::test]
+async fn record_rewrites_the_lsn_in_place_and_persist_makes_it_durable() {
+    let dir = temp_dir("in-place");
+    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
+    file.write(&sample(10)).unwrap();
+    let cp = Checkpoint::new(file.clone(), sample(10));
+    assert_eq!(
+        cp.durable(),
+        Some(Lsn::INVALID),
+        "what it found is not known durable"
+    );
+    // The first write is whole (and durable): nothing of this process is open yet.
+    cp.record(Lsn(20)).await.unwrap();
+    assert_eq!(cp.durable(), Some(Lsn(20)));
+    let written = inode(file.path());
+    for lsn in [30, 0x1_0000_0000, 0xFFFF_FFFF_0000_0001] {
+        cp.record(Lsn(lsn)).await.unwrap();
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        assert_eq!(text, sample(lsn).to_text(), "the text of a whole write");
+        assert_eq!(file.load().unwrap(), Some(sample(lsn)));
+        assert_eq!(inode(file.path()), written, "rewritten in place");
+        assert_eq!(cp.durable(), Some(Lsn(20)), "not durable by itself");
+        assert_eq!(cp.persisted(), Some(Lsn(lsn)));
+    }
+    // Durable once persisted, and still in place; an LSN on disk already is a no-op.
+    cp.persist(Lsn(0x1_0000_0000)).await.unwrap();
+    assert_eq!(cp.durable(), Some(Lsn(0xFFFF_FFFF_0000_0001)));
+    assert_eq!(inode(file.path()), written);
+    cp.record(Lsn(5)).await.unwrap();
+    assert_eq!(file.load().unwrap(), Some(sample(0xFFFF_FFFF_0000_0001)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_kept_change_is_written_whole_and_in_place_rewrites_resume_after_it() {
+    let dir = temp_dir("in-place-shape");
+    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
+    file.write(&sample(10)).unwrap();
+    let cp = Checkpoint::new(file.clone(), sample(10));
+    cp.record(Lsn(20)).await.unwrap();
+    let before = inode(file.path());
+    let record = WatermarkRecord {
+        topic: "pgoutbox.offsets".into(),
+        transactional_id: "t".into(),
+    };
+    cp.keep_watermark(&record);
+    cp.record(Lsn(30)).await.unwrap();
+    let on_disk = file.load().unwrap().unwrap();
+    assert_eq!(
+        on_disk.watermark.as_ref(),
+        Some(&record),
+        "not lost in place"
+    );
+    assert_eq!(on_disk.confirmed_lsn, Lsn(30));
+    assert_ne!(inode(file.path()), before, "written whole");
+    assert_eq!(cp.durable(), Some(Lsn(30)));
+    let after = inode(file.path());
+    cp.record(Lsn(40)).await.unwrap();
+    assert_eq!(inode(file.path()), after, "in place again");
+    let mut expected = sample(40);
+    expected.watermark = Some(record);
+    assert_eq!(file.load().unwrap(), Some(expected));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn persist_writes_whole_when_the_file_was_replaced_or_removed() {
+    let dir = temp_dir("in-place-replaced");
+    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
+    file.write(&sample(10)).unwrap();
+    let cp = Checkpoint::new(file.clone(), sample(10));
+    cp.record(Lsn(20)).await.unwrap();
+    cp.record(Lsn(30)).await.unwrap();
+    // Another process replaces the file: this one's in-place rewrite went to the
+    // old inode, so making it durable must write the file anew.
+    file.write(&sample(25)).unwrap();
+    cp.persist(Lsn(30)).await.unwrap();
+    assert_eq!(file.load().unwrap(), Some(sample(30)));
+    cp.record(Lsn(40)).await.unwrap();
+    std::fs::remove_file(file.path()).unwrap();
+    cp.persist(Lsn(40)).await.unwrap();
+    assert_eq!(file.load().unwrap(), Some(sample(40)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn persist_of_what_another_process_left_writes_it_whole_first() {
+    let dir = temp_dir("in-place-found");
+    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
+    file.write(&sample(10)).unwrap();
+    let cp = Checkpoint::new(file.clone(), sample(10));
+    let found = inode(file.path());
+    cp.persist(Lsn(10)).await.unwrap();
+    assert_eq!(cp.durable(), Some(Lsn(10)));
+    assert_ne!(
+        inode(file.path()),
+        found,
+        "written (and fsynced) by this process"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
