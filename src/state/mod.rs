@@ -412,7 +412,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<std::fs::File>
 ///   slot's `confirmed_flush_lsn` is at most the LSN in the file.
 #[derive(Debug, Clone, Default)]
 pub struct Checkpoint {
-    inner: Option<Arc<Mutex<Persisted>>>,
+    inner: Option<Arc<Shared>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The file's path, outside the lock (for errors).
+    path: PathBuf,
+    persisted: Mutex<Persisted>,
 }
 
 #[derive(Debug)]
@@ -496,6 +503,14 @@ impl Persisted {
     }
 }
 
+impl Shared {
+    /// The lock, taken back from a panicked holder (the state it guards is
+    /// whole at every step).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Persisted> {
+        self.persisted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Whether `file` is the file at `path` (same device and inode).
 fn still_at(file: &std::fs::File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -512,7 +527,7 @@ impl Checkpoint {
     /// instead: the types the relay reads next are pinned afresh.
     pub fn pinning(self, pins: &PinnedTypes, accept_change: bool) -> Self {
         if let Some(inner) = &self.inner {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock();
             let kept = &guard.state.pinned_types;
             if !accept_change {
                 pins.seed(kept);
@@ -535,23 +550,26 @@ impl Checkpoint {
     /// A checkpoint over `file`, whose content is `state` (already on disk).
     pub fn new(file: StateFile, state: SlotState) -> Self {
         Self {
-            inner: Some(Arc::new(Mutex::new(Persisted {
-                pins: None,
-                file,
-                state,
-                rendered: render::Rendered::default(),
-                open: None,
-                // What another process left may still be only in the page cache:
-                // made durable (written whole) before anything is confirmed.
-                durable: Lsn::INVALID,
-            }))),
+            inner: Some(Arc::new(Shared {
+                path: file.path.clone(),
+                persisted: Mutex::new(Persisted {
+                    pins: None,
+                    file,
+                    state,
+                    rendered: render::Rendered::default(),
+                    open: None,
+                    // What another process left may still be only in the page cache:
+                    // made durable (written whole) before anything is confirmed.
+                    durable: Lsn::INVALID,
+                }),
+            })),
         }
     }
 
     /// The LSN the file holds, durable or not yet (`None` when disabled).
     pub fn persisted(&self) -> Option<Lsn> {
         let inner = self.inner.as_ref()?;
-        let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = inner.lock();
         Some(guard.state.confirmed_lsn)
     }
 
@@ -561,14 +579,9 @@ impl Checkpoint {
         let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
-        let path = inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .file
-            .path
-            .clone();
+        let path = inner.path.clone();
         let write = move || {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock();
             let mut next = guard.state.clone();
             next.publication = Some(baseline);
             guard.write(next)
@@ -580,11 +593,7 @@ impl Checkpoint {
     /// session: written with the next persisted LSN, not on its own).
     pub fn keep_publication(&self, baseline: Baseline) {
         if let Some(inner) = &self.inner {
-            inner
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .state
-                .publication = Some(baseline);
+            inner.lock().state.publication = Some(baseline);
         }
     }
 
@@ -592,7 +601,7 @@ impl Checkpoint {
     /// for the next write (`None` when disabled or never).
     pub fn watermark(&self) -> Option<WatermarkRecord> {
         let inner = self.inner.as_ref()?;
-        let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = inner.lock();
         guard.state.watermark.clone()
     }
 
@@ -601,7 +610,7 @@ impl Checkpoint {
     /// following the watermark).
     pub fn keep_watermark(&self, record: &WatermarkRecord) {
         if let Some(inner) = &self.inner {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock();
             if guard.state.watermark.as_ref() != Some(record) {
                 guard.state.watermark = Some(record.clone());
             }
@@ -616,19 +625,24 @@ impl Checkpoint {
         let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
-        let path = {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
-            if lsn <= guard.state.confirmed_lsn {
-                return Ok(());
+        // Never waits on this thread for a whole write under way elsewhere
+        // (`record_publication` from the publication repair): a blocking thread
+        // takes over then.
+        let path = match inner.persisted.try_lock() {
+            Ok(mut guard) => {
+                if lsn <= guard.state.confirmed_lsn {
+                    return Ok(());
+                }
+                let next = guard.next(lsn);
+                if guard.rewrite_lsn(&next)? {
+                    return Ok(());
+                }
+                inner.path.clone()
             }
-            let next = guard.next(lsn);
-            if guard.rewrite_lsn(&next)? {
-                return Ok(());
-            }
-            guard.file.path.clone()
+            Err(_) => inner.path.clone(),
         };
         let write = move || {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock();
             if lsn <= guard.state.confirmed_lsn {
                 return Ok(());
             }
@@ -646,15 +660,12 @@ impl Checkpoint {
         let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
-        let path = {
-            let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
-            if lsn <= guard.durable {
-                return Ok(());
-            }
-            guard.file.path.clone()
-        };
+        if lsn <= inner.lock().durable {
+            return Ok(());
+        }
+        let path = inner.path.clone();
         let write = move || {
-            let mut guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut guard = inner.lock();
             if lsn > guard.state.confirmed_lsn {
                 let next = guard.next(lsn);
                 if !guard.rewrite_lsn(&next)? {
@@ -672,7 +683,7 @@ impl Checkpoint {
     /// The LSN known to be on disk (`None` when disabled).
     pub fn durable(&self) -> Option<Lsn> {
         let inner = self.inner.as_ref()?;
-        let guard = inner.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = inner.lock();
         Some(guard.durable)
     }
 }
