@@ -39,7 +39,7 @@
 //! - [`run`]: `pgoutbox run`, the service: setup, hot standby, and
 //!   [`run::supervisor`], the one reconnect loop every session kind (logical,
 //!   poll) runs under: back-off, standby, role, producer renewal, session metrics.
-//! - [`state`]: the state file, the last confirmed LSN on local disk.
+//! - [`state`]: the state file, the last delivered LSN on local disk.
 //! - [`safety`]: slot-safety checks against it (slot advanced, dropped, lost,
 //!   promoted, …) and where a session resumes ([`safety::resume`]).
 //! - [`tail`]: `pgoutbox tail`, the debug mode that never confirms a slot.

@@ -1,4 +1,4 @@
-//! The relay's state file: the last LSN it confirmed to PostgreSQL, on local disk.
+//! The relay's state file: the last LSN it delivered, on local disk.
 //!
 //! Owns where the file lives (`--state-dir`), its format, and how it is written. One
 //! small TOML file per relayed slot, named after the database and the slot, holding
@@ -8,19 +8,28 @@
 //! file's LSN by about a second):
 //!
 //! ```text
-//!  pipeline ─ confirmable LSN ─▶ Checkpoint::persist ─ write tmp, fsync, rename, fsync dir
-//!                                       │
-//!                                       └─ only then ─▶ ReplicationStream::confirm ─▶ server
+//!  pipeline ─ acked LSN, each tick ─▶ Checkpoint::record ─ pwrite of the LSN's field (page cache)
+//!  pipeline ─ LSN to confirm ───────▶ Checkpoint::persist ─ record, then fdatasync
+//!                                           │
+//!                                           └─ only then ─▶ ReplicationStream::confirm ─▶ server
 //! ```
 //!
+//! Any change besides the LSN is a whole write: temporary file, fsync, rename, fsync
+//! of the directory.
+//!
 //! Invariants:
-//! - A write is atomic: readers see the old file or the new one, never a mix, and a
-//!   completed write survives a crash or power loss (file and directory are fsynced).
-//! - [`Checkpoint::persist`] returns only once the LSN is on disk, and the caller
-//!   confirms nothing it did not persist first; so after any crash the slot's
-//!   `confirmed_flush_lsn` is at most the LSN in the file. A slot found *ahead* of the
-//!   file was therefore moved by something other than this relay (see
-//!   [`crate::safety`]).
+//! - A whole write is atomic: readers see the old file or the new one, never a mix,
+//!   and a completed one survives a crash or power loss. An in-place rewrite changes
+//!   only the LSN's fixed-width field and its check ([`lsn_field`]); a power loss may
+//!   undo it (back to the last durable LSN) or tear it, and a torn field fails its
+//!   check: the file is then refused with the fix, never read as a position.
+//! - [`Checkpoint::persist`] returns only once the LSN is durable, and the caller
+//!   confirms nothing that is not (debug builds assert it at every confirm); so
+//!   after any crash, power loss included, the slot's `confirmed_flush_lsn` is at most
+//!   the LSN in the file. A slot found *ahead* of the file was therefore moved by
+//!   something other than this relay (see [`crate::safety`]).
+//! - The file's LSN never passes what Kafka acked: it is a position a restart may
+//!   resume from.
 //! - The persisted LSN only grows within a run; only an explicit reset
 //!   (`--accept-slot-reset`, adopting a slot, a new timeline) rewrites it to another
 //!   value.

@@ -295,12 +295,18 @@ fn inode(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().ino()
 }
 
-#[tokio::test]
-async fn record_rewrites_the_lsn_in_place_and_persist_makes_it_durable() {
-    let dir = temp_dir("in-place");
+/// A state file at `sample(10)` in a fresh directory, and a checkpoint over it.
+fn fresh(tag: &str) -> (PathBuf, StateFile, Checkpoint) {
+    let dir = temp_dir(tag);
     let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
     file.write(&sample(10)).unwrap();
     let cp = Checkpoint::new(file.clone(), sample(10));
+    (dir, file, cp)
+}
+
+#[tokio::test]
+async fn record_rewrites_the_lsn_in_place_and_persist_makes_it_durable() {
+    let (dir, file, cp) = fresh("in-place");
     assert_eq!(
         cp.durable(),
         Some(Lsn::INVALID),
@@ -330,10 +336,7 @@ async fn record_rewrites_the_lsn_in_place_and_persist_makes_it_durable() {
 
 #[tokio::test]
 async fn a_kept_change_is_written_whole_and_in_place_rewrites_resume_after_it() {
-    let dir = temp_dir("in-place-shape");
-    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-    file.write(&sample(10)).unwrap();
-    let cp = Checkpoint::new(file.clone(), sample(10));
+    let (dir, file, cp) = fresh("in-place-shape");
     cp.record(Lsn(20)).await.unwrap();
     let before = inode(file.path());
     let record = WatermarkRecord {
@@ -362,10 +365,7 @@ async fn a_kept_change_is_written_whole_and_in_place_rewrites_resume_after_it() 
 
 #[tokio::test]
 async fn persist_writes_whole_when_the_file_was_replaced_or_removed() {
-    let dir = temp_dir("in-place-replaced");
-    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-    file.write(&sample(10)).unwrap();
-    let cp = Checkpoint::new(file.clone(), sample(10));
+    let (dir, file, cp) = fresh("in-place-replaced");
     cp.record(Lsn(20)).await.unwrap();
     cp.record(Lsn(30)).await.unwrap();
     // Another process replaces the file: this one's in-place rewrite went to the
@@ -382,10 +382,7 @@ async fn persist_writes_whole_when_the_file_was_replaced_or_removed() {
 
 #[tokio::test]
 async fn persist_of_what_another_process_left_writes_it_whole_first() {
-    let dir = temp_dir("in-place-found");
-    let file = StateFile::open(&dir, "shop", "pgoutbox").unwrap();
-    file.write(&sample(10)).unwrap();
-    let cp = Checkpoint::new(file.clone(), sample(10));
+    let (dir, file, cp) = fresh("in-place-found");
     let found = inode(file.path());
     cp.persist(Lsn(10)).await.unwrap();
     assert_eq!(cp.durable(), Some(Lsn(10)));
