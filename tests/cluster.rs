@@ -172,6 +172,13 @@ fn three_brokers_leader_kill_two_down_and_a_rolling_restart_lose_nothing() {
         explain_lost(&ledger, &reader.records, &acks, 10),
         log_tail(&relay)
     );
+    if verdict.reordered > 0 || verdict.lost > 0 {
+        // The whole log, every delivery report in it, for the post-mortem.
+        let path =
+            std::env::temp_dir().join(format!("pgoutbox-cluster-relay-{}.log", std::process::id()));
+        let _ = std::fs::write(&path, relay.stderr());
+        eprintln!("relay log: {}\n{}", path.display(), log_tail(&relay));
+    }
     verdict.assert_no_loss();
     audit.assert_clean();
 }

@@ -40,6 +40,9 @@ pub struct Verdict {
     pub reordered: usize,
     /// A few lost ids, for the failure message.
     pub lost_sample: Vec<String>,
+    /// A few reorderings (where, which ids, their commit ranks), for the failure
+    /// message.
+    pub reordered_sample: Vec<String>,
 }
 
 impl Verdict {
@@ -89,7 +92,7 @@ pub fn verify(ledger: &Ledger, records: &[Consumed]) -> Verdict {
         v.duplicated_max = v.duplicated_max.max(*n);
     }
     // Per key: first occurrences in offset order must follow commit order.
-    let mut last_rank: HashMap<(String, Vec<u8>), usize> = HashMap::new();
+    let mut last_rank: HashMap<(String, Vec<u8>), (usize, String, i64)> = HashMap::new();
     let mut seen: HashMap<String, ()> = HashMap::new();
     for records in by_partition.values_mut() {
         records.sort_by_key(|r| r.offset);
@@ -102,12 +105,21 @@ pub fn verify(ledger: &Ledger, records: &[Consumed]) -> Verdict {
                 continue;
             };
             let key = (r.topic.clone(), r.key.clone().unwrap_or_default());
-            if let Some(prev) = last_rank.get(&key) {
+            if let Some((prev, prev_id, prev_offset)) = last_rank.get(&key) {
                 if rk < *prev {
                     v.reordered += 1;
+                    if v.reordered_sample.len() < 5 {
+                        v.reordered_sample.push(format!(
+                            "{}[{}] key {:?}: {id} (commit #{rk}) first at offset {}, after {prev_id} (commit #{prev}) at {prev_offset}",
+                            r.topic,
+                            r.partition,
+                            String::from_utf8_lossy(&key.1),
+                            r.offset
+                        ));
+                    }
                 }
             }
-            last_rank.insert(key, rk);
+            last_rank.insert(key, (rk, id.clone(), r.offset));
         }
     }
     v
