@@ -136,10 +136,23 @@ fn settle_roles(active: &mut Pgoutbox, mark: usize, standby: &mut Pgoutbox) -> O
         Some(true) => {
             let log = active.stderr();
             let since = log.get(mark..).unwrap_or_default();
+            // Or the session was already over when the newcomer came: it ended after
+            // the active relay's last session start and was not started again by
+            // `mark` (the back-off was under way).
+            let before = log.get(..mark).unwrap_or_default();
+            let ended_before = before
+                .rfind("relaying outbox to kafka")
+                .and_then(|start| {
+                    before[start..]
+                        .lines()
+                        .find(|l| l.contains("replication session interrupted"))
+                })
+                .map(str::to_owned);
             let why = since
                 .lines()
                 .find(|l| l.contains(" WARN ") || l.contains("stalled"))
-                .map(str::to_owned);
+                .map(str::to_owned)
+                .or(ended_before);
             let Some(why) = why else {
                 panic!(
                     "the new relay took the slot while the active one held it, and the \
