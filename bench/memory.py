@@ -18,9 +18,10 @@ Cases (`bench/run.sh memory`):
            measured one is ~1.1: librdkafka's copy of what is in flight);
   outage   SMALL one-row transactions with the broker paused (SIGSTOP) for OUTAGE
            seconds (20) once the relay acked its first 300 records (its first write to
-           each partition goes alone): the window fills to its cap and
-           stays full, then drains when the broker resumes — the full window's cost
-           (≤ BOUND MB as well).
+           each partition goes alone): the window in use fills and
+           stays full (the cap before the window followed the broker; since, what
+           the broker needed before it paused), then drains when the broker resumes
+           — the full window's cost (≤ BOUND MB as well).
 Each drain also reports the relay's CPU µs/event (scheduler run time of all its
 threads); with variants, the table gives each one's ratio to the first variant's, all
 on the same WAL in the same invocation (a loaded machine moves both sides; say so).

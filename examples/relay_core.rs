@@ -101,6 +101,8 @@ fn main() {
                 result: Ok(()),
                 // As librdkafka's clock gives it: recorded like the real path.
                 in_kafka: Some(Duration::from_micros(1_500)),
+                // Hashed by the producer's delivery callback, not the core.
+                placement: 1,
             };
             relay.on_delivery(&mut sink, delivery).expect("ack");
         }

@@ -469,6 +469,11 @@ async fn metrics_show_progress_and_readiness_follows_the_broker() {
     let relay_json = &json["relay"];
     assert_eq!(relay_json["reachable"], true, "{out}");
     assert_eq!(relay_json["max_in_flight_records"], 10_000, "{out}");
+    // The window in use: 1,000 records per partition the 100 events went to, under
+    // the cap; what /metrics said (nothing was acked since).
+    let window = gauge("pgoutbox_in_flight_window_records");
+    assert!((1_000..=10_000).contains(&window), "window {window}");
+    assert_eq!(relay_json["window_records"], window, "{out}");
     assert_eq!(relay_json["max_in_flight_bytes"], 64 << 20, "{out}");
     let (rss, peak) = (
         relay_json["resident_memory_bytes"].as_u64().unwrap_or(0),

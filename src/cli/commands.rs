@@ -167,11 +167,15 @@ pub struct RunArgs {
     #[command(flatten)]
     pub delivery: DeliveryArgs,
 
-    /// Stop reading WAL while this many records await a Kafka ack. Each costs about
-    /// 1 KB of memory while it waits (small rows: librdkafka's copy, its headers and
-    /// request buffers, the relay's bookkeeping), so the default keeps a full window
-    /// near 10 MB; an outbox routed to thousands of partitions drains faster with
-    /// about 100 per partition written to, if it has the memory.
+    /// The most records that may await a Kafka ack before WAL reading pauses. Each
+    /// costs about 1 KB of memory while it waits (small rows: librdkafka's copy, its
+    /// headers and request buffers, the relay's bookkeeping). Below this cap the
+    /// window follows what the broker needs, the largest of: 1,000 records; 250 per
+    /// partition written to; twice the broker's ack rate × round trip (a broker far
+    /// away). A near broker and a topic of a few partitions keep ~1,000 in flight
+    /// whatever the backlog (/metrics: pgoutbox_in_flight_window_records). An outbox
+    /// routed to thousands of partitions drains faster with a cap of about 100 per
+    /// partition written to, if it has the memory.
     #[arg(
         long,
         env = "PGOUTBOX_MAX_IN_FLIGHT",

@@ -86,6 +86,8 @@ pub const IN_FLIGHT_RECORDS: &str = "pgoutbox_in_flight_records";
 pub const IN_FLIGHT_BYTES: &str = "pgoutbox_in_flight_bytes";
 /// The in-flight window's cap in records (`--max-in-flight`).
 pub const IN_FLIGHT_MAX_RECORDS: &str = "pgoutbox_in_flight_max_records";
+/// The records the window lets be in flight now (at most the cap).
+pub const IN_FLIGHT_WINDOW_RECORDS: &str = "pgoutbox_in_flight_window_records";
 /// The in-flight window's cap in bytes (`--max-in-flight-bytes`).
 pub const IN_FLIGHT_MAX_BYTES: &str = "pgoutbox_in_flight_max_bytes";
 /// Resident memory of the process (the Prometheus clients' standard name).
@@ -155,6 +157,7 @@ pub struct Metrics {
     in_flight_records: AtomicU64,
     in_flight_bytes: AtomicU64,
     in_flight_max_records: AtomicU64,
+    in_flight_window_records: AtomicU64,
     in_flight_max_bytes: AtomicU64,
     reconnects: AtomicU64,
     messages_ignored: AtomicU64,
@@ -296,6 +299,13 @@ impl Metrics {
         self.in_flight_records
             .store(records as u64, Ordering::Relaxed);
         self.in_flight_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The records the window lets be in flight now (at most the cap: see
+    /// [`Window`](crate::pipeline::window::Window)).
+    pub fn set_in_flight_window(&self, records: usize) {
+        self.in_flight_window_records
+            .store(records as u64, Ordering::Relaxed);
     }
 
     /// The in-flight window's caps (what [`Metrics::set_in_flight`] is measured
@@ -531,8 +541,15 @@ impl Metrics {
             &mut out,
             IN_FLIGHT_MAX_RECORDS,
             "gauge",
-            "The in-flight window's cap in records (--max-in-flight): WAL is not read while this many await an ack.",
+            "The in-flight window's cap in records (--max-in-flight): the window in use (pgoutbox_in_flight_window_records) never exceeds it.",
             self.in_flight_max_records.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            IN_FLIGHT_WINDOW_RECORDS,
+            "gauge",
+            "The records the window lets be in flight now: the largest of 1,000, 250 per partition written to, and twice the broker's ack rate × round trip; at most the cap.",
+            self.in_flight_window_records.load(Ordering::Relaxed),
         );
         gauge(
             &mut out,

@@ -200,6 +200,7 @@ fn exposition_is_the_golden_text() {
     m.set_slot(0x1_6B37_4D48, 8_192);
     m.set_in_flight(12, 34_567);
     m.set_in_flight_limits(10_000, 64 << 20);
+    m.set_in_flight_window(3_000);
     m.reconnected();
     m.message_ignored();
     m.promotion_followed();

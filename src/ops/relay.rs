@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::metrics::{
     DELIVERY, IN_FLIGHT_BYTES, IN_FLIGHT_MAX_BYTES, IN_FLIGHT_MAX_RECORDS, IN_FLIGHT_RECORDS,
-    RESIDENT_MEMORY, RESIDENT_MEMORY_PEAK,
+    IN_FLIGHT_WINDOW_RECORDS, RESIDENT_MEMORY, RESIDENT_MEMORY_PEAK,
 };
 use crate::ops::status::human_bytes;
 
@@ -31,6 +31,8 @@ pub struct RelayFigures {
     pub in_flight_records: Option<u64>,
     /// … the cap.
     pub max_records: Option<u64>,
+    /// … the window in use under the cap.
+    pub window_records: Option<u64>,
     /// Their bytes, and the cap (`--max-in-flight-bytes`).
     pub in_flight_bytes: Option<u64>,
     /// … the cap.
@@ -44,7 +46,7 @@ pub struct RelayFigures {
 }
 
 impl RelayFigures {
-    /// The seven series out of a Prometheus text exposition.
+    /// The eight series out of a Prometheus text exposition.
     pub fn parse(text: &str) -> RelayFigures {
         let value = |name: &str| {
             text.lines()
@@ -56,6 +58,7 @@ impl RelayFigures {
         RelayFigures {
             in_flight_records: value(IN_FLIGHT_RECORDS),
             max_records: value(IN_FLIGHT_MAX_RECORDS),
+            window_records: value(IN_FLIGHT_WINDOW_RECORDS),
             in_flight_bytes: value(IN_FLIGHT_BYTES),
             max_bytes: value(IN_FLIGHT_MAX_BYTES),
             resident_bytes: value(RESIDENT_MEMORY),
@@ -139,13 +142,19 @@ impl RelayStatus {
             (Some(u), Some(c)) if c > 0 => format!(" ({:.0} %)", u as f64 * 100.0 / c as f64),
             _ => String::new(),
         };
+        // Records against the window in use; the cap beside it when it is larger.
+        let window = figures.window_records.or(figures.max_records);
+        let cap = match (figures.max_records, window) {
+            (Some(cap), Some(window)) if cap > window => format!(", cap {cap}"),
+            _ => String::new(),
+        };
         let lines = [
             format!("relay at {addr}:"),
             format!(
-                "  in flight:            {} of {} records{}, {} of {}{}",
+                "  in flight:            {} of {} records{}{cap}, {} of {}{}",
                 count(figures.in_flight_records),
-                count(figures.max_records),
-                share(figures.in_flight_records, figures.max_records),
+                count(window),
+                share(figures.in_flight_records, window),
                 size(figures.in_flight_bytes),
                 size(figures.max_bytes),
                 share(figures.in_flight_bytes, figures.max_bytes),
@@ -176,6 +185,7 @@ impl RelayStatus {
                 "reachable": true,
                 "in_flight_records": f.in_flight_records,
                 "max_in_flight_records": f.max_records,
+                "window_records": f.window_records,
                 "in_flight_bytes": f.in_flight_bytes,
                 "max_in_flight_bytes": f.max_bytes,
                 "resident_memory_bytes": f.resident_bytes,
@@ -195,6 +205,7 @@ mod tests {
         pgoutbox_in_flight_records 2500\n\
         pgoutbox_in_flight_bytes 1048576\n\
         pgoutbox_in_flight_max_records 10000\n\
+        pgoutbox_in_flight_window_records 3000\n\
         pgoutbox_in_flight_max_bytes 67108864\n\
         process_resident_memory_bytes 23068672\n\
         pgoutbox_resident_memory_peak_bytes 25165824\n\
@@ -202,13 +213,14 @@ mod tests {
         pgoutbox_delivery{mode=\"exactly-once\"} 1\n";
 
     #[test]
-    fn reads_the_seven_series_and_nothing_else() {
+    fn reads_the_eight_series_and_nothing_else() {
         let f = RelayFigures::parse(TEXT);
         assert_eq!(
             f,
             RelayFigures {
                 in_flight_records: Some(2500),
                 max_records: Some(10_000),
+                window_records: Some(3_000),
                 in_flight_bytes: Some(1 << 20),
                 max_bytes: Some(64 << 20),
                 resident_bytes: Some(22 << 20),
@@ -227,7 +239,7 @@ mod tests {
         assert_eq!(
             text,
             "relay at 127.0.0.1:10737:\n  \
-             in flight:            2500 of 10000 records (25 %), 1.0 MiB of 64.0 MiB (2 %)\n  \
+             in flight:            2500 of 3000 records (83 %), cap 10000, 1.0 MiB of 64.0 MiB (2 %)\n  \
              memory (RSS):         22.0 MiB (peak 24.0 MiB)\n  \
              delivery:             exactly-once\n"
         );
@@ -237,6 +249,7 @@ mod tests {
         );
         let json = RelayStatus::Figures(RelayFigures::parse(TEXT)).to_json("a:1");
         assert_eq!(json["max_in_flight_records"], 10_000);
+        assert_eq!(json["window_records"], 3_000);
         assert_eq!(json["resident_memory_peak_bytes"], 24 << 20);
         let missing = RelayStatus::Unreachable("connection refused".into());
         assert!(missing

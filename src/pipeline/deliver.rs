@@ -60,6 +60,7 @@ use super::sink::Sink;
 use super::stall::{RecordRef, Stall, StallWatch};
 use super::tag::DeliveryTag;
 use super::tracker::AckTracker;
+use super::window::Window;
 use super::{PipelineConfig, SessionStats};
 use crate::kafka::producer::{Delivery, DeliveryError, SendError};
 use crate::metrics::Metrics;
@@ -104,6 +105,8 @@ pub struct Deliverer<'a> {
     metrics: Arc<Metrics>,
     tags: DeliveryTag,
     tracker: AckTracker,
+    /// How many records may be in flight under the caps ([`Window`]).
+    window: Window,
     /// What names each unit's first record, and its progress (`--stall-timeout`).
     watch: StallWatch,
     parked: Option<Parked>,
@@ -123,6 +126,7 @@ impl<'a> Deliverer<'a> {
             metrics,
             tags: DeliveryTag::new(generation),
             tracker: AckTracker::new(),
+            window: Window::new(),
             watch: StallWatch::default(),
             parked: None,
             stats: SessionStats::default(),
@@ -212,7 +216,7 @@ impl<'a> Deliverer<'a> {
             return Ok(()); // a record of an earlier session: it will be resent anyway
         };
         let handled = match delivery.result {
-            Ok(()) => self.acked(unit, delivery.in_kafka),
+            Ok(()) => self.acked(unit, &delivery),
             // The refused record counts as done once its dead letter (if any) is in
             // flight, so the unit cannot complete before the letter is acked.
             Err(err) => {
@@ -239,12 +243,18 @@ impl<'a> Deliverer<'a> {
         self.parked.is_some()
     }
 
-    /// Whether a source may give more: no record parked, and under both in-flight
-    /// caps (`max_records`, `max_bytes`).
+    /// Whether a source may give more: no record parked, under the window in use
+    /// ([`Window`], at most `max_records`) and under `max_bytes`.
     pub fn can_take(&self, max_records: usize, max_bytes: usize) -> bool {
         self.parked.is_none()
-            && self.tracker.in_flight_records() < max_records
+            && self.tracker.in_flight_records() < self.window.records(max_records)
             && self.tracker.in_flight_bytes() < max_bytes
+    }
+
+    /// The records the window lets be in flight now, under `max_records` (see
+    /// [`Window`]).
+    pub fn window(&self, max_records: usize) -> usize {
+        self.window.records(max_records)
     }
 
     /// The record path's settings.
@@ -311,9 +321,11 @@ impl<'a> Deliverer<'a> {
         }
     }
 
-    fn acked(&mut self, unit: Unit, in_kafka: Option<Duration>) -> Result<(), PipelineError> {
+    fn acked(&mut self, unit: Unit, delivery: &Delivery) -> Result<(), PipelineError> {
         self.stats.acked += 1;
-        let latency = timestamp::now_pg_micros() - self.tracker.commit_time(unit)?;
+        let (in_kafka, now) = (delivery.in_kafka, timestamp::now_pg_micros());
+        self.window.acked(delivery.placement, in_kafka, now);
+        let latency = now - self.tracker.commit_time(unit)?;
         self.stats.latency.record_micros(latency);
         self.metrics.observe_latency_micros(latency);
         if let Some(in_kafka) = in_kafka {
@@ -595,6 +607,7 @@ mod tests {
             size: 3,
             result,
             in_kafka: None,
+            placement: 0,
         }
     }
 

@@ -23,6 +23,9 @@
 //! - `sink.rs`: [`sink::Sink`], where the core hands records (the real [`KafkaSink`]
 //!   or a test's `Vec`);
 //! - `tracker.rs`: [`tracker::AckTracker`], the contiguous low-water mark;
+//! - `window.rs`: [`window::Window`], how many records may be in flight under
+//!   `--max-in-flight`: what the broker needs (partitions written to, ack rate ×
+//!   round trip);
 //! - `tag.rs`: [`tag::DeliveryTag`], (generation, transaction) packed into the
 //!   delivery opaque;
 //! - `stall.rs`: [`stall::StallWatch`], how long the oldest in-flight transaction
@@ -67,6 +70,7 @@ pub mod sink;
 pub mod stall;
 pub mod tag;
 pub mod tracker;
+pub mod window;
 
 use std::time::Duration;
 

@@ -403,6 +403,7 @@ impl<'a> Session<'a> {
         let tracker = self.relay.tracker();
         self.metrics
             .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
+        self.metrics.set_in_flight_window(self.relay.window());
         let confirmed = self.relay.last_reported();
         let wal_end = self.server_wal_end.max(confirmed);
         self.metrics

@@ -295,6 +295,7 @@ impl Ack<'_, '_> {
         let tracker = self.relay.tracker();
         self.metrics
             .set_in_flight(tracker.in_flight_records(), tracker.in_flight_bytes());
+        self.metrics.set_in_flight_window(self.relay.window());
         let (stall, age) = self.relay.stalled(Instant::now());
         self.metrics.set_oldest_in_flight_age(age);
         if let Some(stall) = stall {

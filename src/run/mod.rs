@@ -215,6 +215,9 @@ async fn run_relay(cfg: &RunConfig, shutdown: CancellationToken) -> Result<(), R
         cfg.pipeline.max_in_flight_records,
         cfg.pipeline.max_in_flight_bytes,
     );
+    metrics.set_in_flight_window(
+        crate::pipeline::window::Window::new().records(cfg.pipeline.max_in_flight_records),
+    );
     metrics.set_exactly_once(cfg.exactly_once.is_some());
     let mut tasks = Tasks::new();
     // Stops the helper tasks on shutdown and also when the relay ends on an error.

@@ -26,7 +26,7 @@ use crate::outbox::event::EVENT_TYPE_HEADER;
 use crate::outbox::record::{id_text_of, size_of};
 
 use super::first_writes::FirstWrites;
-use super::outcome::{delivery_error, header_value};
+use super::outcome::{delivery_error, header_value, placement};
 use super::partitioner::JavaPartitioner;
 use super::Delivery;
 
@@ -190,6 +190,11 @@ impl ProducerContext<JavaPartitioner> for Context {
             Err(_) => self.metrics.failed(message.topic()),
         }
         let in_kafka = in_kafka(message);
+        let placement = if outcome.is_ok() {
+            placement(message.topic(), message.partition())
+        } else {
+            0
+        };
         let header = |name: &str| message.headers().and_then(|h| header_value(h, name));
         if outcome.is_ok() {
             // Where the broker put each acked record, for an audit of a run against
@@ -224,6 +229,7 @@ impl ProducerContext<JavaPartitioner> for Context {
             size,
             result,
             in_kafka,
+            placement,
         });
     }
 }

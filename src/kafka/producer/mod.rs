@@ -75,7 +75,9 @@ mod partitioner;
 mod rounds;
 mod transactions;
 
-pub use outcome::{is_fence, is_permanent, is_too_large, Delivery, DeliveryError, RefusedRecord};
+pub use outcome::{
+    is_fence, is_permanent, is_too_large, placement, Delivery, DeliveryError, RefusedRecord,
+};
 pub use rounds::{HELD_MAX, HELD_MAX_BYTES, HOLD_BELOW, ROUND_AT};
 pub use transactions::{Transactions, TxnError};
 
@@ -494,6 +496,7 @@ impl KafkaSink {
             size: held.size(),
             result: Err(error),
             in_kafka: None,
+            placement: 0,
         });
     }
 

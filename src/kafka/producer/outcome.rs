@@ -32,6 +32,20 @@ pub struct Delivery {
     /// served (its queue, `linger.ms`, the request, the broker, the response). The
     /// Kafka share of commit → ack. `None` for a record librdkafka never took.
     pub in_kafka: Option<std::time::Duration>,
+    /// Where an acked record was written: [`placement`] of its topic and partition;
+    /// `0` when not known (a failure).
+    pub placement: u64,
+}
+
+/// A hash of `topic` and `partition` that tells partitions apart (FNV-1a over the
+/// topic's bytes, then the partition's): the in-flight window counts the
+/// partitions written to with it. Never `0` (which stands for "not known").
+pub fn placement(topic: &str, partition: i32) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in topic.bytes().chain(partition.to_le_bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash.max(1)
 }
 
 /// A record librdkafka could not deliver.

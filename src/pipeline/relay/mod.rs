@@ -225,6 +225,11 @@ impl<'a> Relay<'a> {
         self.deliver.tracker()
     }
 
+    /// The records the window lets be in flight now (at most `--max-in-flight`).
+    pub fn window(&self) -> usize {
+        self.deliver.window(self.cfg.max_in_flight_records)
+    }
+
     /// Whether a record waits for queue space.
     pub fn waiting_for_queue(&self) -> bool {
         self.deliver.waiting_for_queue()

@@ -202,6 +202,7 @@ impl<'a> Harness<'a> {
             size,
             result,
             in_kafka: None,
+            placement: 0,
         };
         self.relay.on_delivery(&mut self.sink, delivery)
     }
@@ -214,6 +215,7 @@ impl<'a> Harness<'a> {
             size: record.size(),
             result: Ok(()),
             in_kafka: Some(Duration::from_micros(700)),
+            placement: 1,
         };
         self.relay.on_delivery(&mut self.sink, delivery).unwrap();
     }
