@@ -27,6 +27,7 @@ mod failover_slots;
 mod faults;
 mod first_writes;
 mod heartbeat;
+mod in_flight_window;
 mod keepalive;
 mod layouts;
 mod logs;
