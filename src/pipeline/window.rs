@@ -19,8 +19,8 @@
 //!   thousand). Kafka batches per partition: a partition written to needs records of
 //!   its own in each request, so the window grows with the partitions, reaching the
 //!   default cap at 40;
-//! - *ack rate*: acks per second over the last period (at least [`PERIOD`], ended by
-//!   an ack);
+//! - *ack rate*: acks per second over the last period (at least [`PERIOD`] and the
+//!   round trip, ended by an ack);
 //! - *round trip*: the shortest hand-over → ack time of the last 1–2 minutes
 //!   (librdkafka's clock, [`Delivery::in_kafka`]): what a record takes when nothing
 //!   queues ahead of it. It never passes the broker's true round trip: no record is
@@ -49,7 +49,10 @@ pub const MIN_RECORDS: usize = 1_000;
 /// Records in flight per partition written to (see the module doc).
 pub const PER_PARTITION: usize = 250;
 
-/// The shortest span the ack rate is measured over (µs).
+/// The shortest span the ack rate is measured over (µs); a period also lasts at
+/// least the round trip, so that it holds a whole round of acks (a far broker's
+/// acks come in bursts a round trip apart, each spread over its responses: a
+/// shorter period would end inside a burst and read the rest of it as the rate).
 pub const PERIOD: i64 = 100_000;
 
 /// How long a partition counts as written to after its last ack: one to two of
@@ -130,7 +133,7 @@ impl Window {
         if elapsed < 0 {
             // The wall clock stepped back: measure afresh.
             self.period = Some((now, 0));
-        } else if elapsed >= PERIOD {
+        } else if elapsed >= PERIOD.max(self.trip.min().map_or(0, |t| t as i64)) {
             self.period = Some((now, 0));
             self.records = self.floor().max(self.little(acks, elapsed));
         }
@@ -332,6 +335,23 @@ mod tests {
         assert_eq!(w.records(1_000_000), 20_000);
         acks(&mut w, now, 100 * MS, 40_000, 1, 50 * MS);
         assert_eq!(w.records(1_000_000), 40_000);
+    }
+
+    #[test]
+    fn a_far_brokers_bursts_of_acks_still_double_it_each_round_trip() {
+        // Round trip 1 s; each round's acks arrive spread over 150 ms (responses of
+        // several requests), a round trip after the window was handed over.
+        let mut w = primed();
+        let mut seen = vec![];
+        for round in 1..=4i64 {
+            let window = w.records(10_000) as u64;
+            acks(&mut w, round * 1_000 * MS, 150 * MS, window, 1, 1_000 * MS);
+            seen.push(w.records(10_000));
+        }
+        // Each round's first ack ends a period that held the round before it; that
+        // round was sized by the window of the period before, so the window doubles
+        // every other round trip — never more than twice what the acks showed.
+        assert_eq!(seen, [1_000, 2_000, 2_002, 4_001]);
     }
 
     #[test]
