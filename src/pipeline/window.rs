@@ -23,8 +23,8 @@
 //!   round trip, ended by an ack);
 //! - *round trip*: the shortest hand-over → ack time of the last 1–2 minutes
 //!   (librdkafka's clock, [`Delivery::in_kafka`]): what a record takes when nothing
-//!   queues ahead of it. It never passes the broker's true round trip: no record is
-//!   acked faster than one.
+//!   queues ahead of it. It is never below the broker's true round trip: no record
+//!   is acked faster than one.
 //!
 //! Little's law: a broker that acks R records a second, each a round trip L after
 //! it was handed over, is kept busy by R × L records in flight. Where that product
