@@ -182,12 +182,10 @@ impl Default for Spread {
 impl Spread {
     /// Count `placement` at `now`; `true` if the estimate may have grown.
     fn add(&mut self, placement: u64, now: i64) -> bool {
-        let since = *self.since.get_or_insert(now);
-        if now - since >= SPREAD_SPAN || now < since {
+        if span_ended(&mut self.since, now, SPREAD_SPAN) {
             self.current ^= 1;
             self.sets[self.current] = [0; BITS / 64];
             self.ones[self.current] = 0;
-            self.since = Some(now);
         }
         // The top 12 bits of splitmix64's finalizer: as if drawn at random, which
         // linear counting assumes.
@@ -216,6 +214,18 @@ impl Spread {
     }
 }
 
+/// Whether the bucket begun at `since` (the first call's `now`) is `span` old at
+/// `now`, or `now` is before it (the wall clock stepped back): then the next one
+/// begins at `now`.
+fn span_ended(since: &mut Option<i64>, now: i64, span: i64) -> bool {
+    let begun = *since.get_or_insert(now);
+    let ended = now - begun >= span || now < begun;
+    if ended {
+        *since = Some(now);
+    }
+    ended
+}
+
 /// The smallest value of the last one to two [`TRIP_SPAN`]s.
 #[derive(Debug, Clone, Default)]
 struct RecentMin {
@@ -226,11 +236,9 @@ struct RecentMin {
 
 impl RecentMin {
     fn add(&mut self, value: u64, now: i64) {
-        let since = *self.since.get_or_insert(now);
-        if now - since >= TRIP_SPAN || now < since {
+        if span_ended(&mut self.since, now, TRIP_SPAN) {
             self.current ^= 1;
             self.mins[self.current] = None;
-            self.since = Some(now);
         }
         let min = &mut self.mins[self.current];
         *min = Some(min.map_or(value, |m| m.min(value)));
